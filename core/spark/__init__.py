@@ -1,0 +1,1 @@
+"""Lowering to PySpark Structured Streaming; the only part of core/ that imports pyspark."""

@@ -1,0 +1,1 @@
+"""CDK app and LocalStack tooling for deploying the Lambda side (issue 5)."""
