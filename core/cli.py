@@ -1,0 +1,217 @@
+"""The `sponge` command line: compile, run, reference, events, queries, drill.
+
+Errors a user can act on are printed as one line with what to do, never as a traceback; pass
+--debug before the command to see the traceback of an unexpected failure.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from core.errors import ConfigError, SpongeError
+
+app = typer.Typer(
+    help="Sponge on Spark: keep Spark Structured Streaming fast through bursts by offloading to Lambda workers.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+    rich_markup_mode=None,
+)
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+_debug = {"on": False}
+
+QueryArg = Annotated[str, typer.Argument(help="NEXMark query, q0..q8 (see `sponge queries`).")]
+EventsOpt = Annotated[int, typer.Option("--events", "-n", min=0, help="Number of events (all entities).")]
+SeedOpt = Annotated[int, typer.Option("--seed", "-s", min=0, help="Generator seed; same seed, same events.")]
+RateOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--rate", min=0.001,
+        help="Events per second of the generated schedule. Event times follow it, and `run` releases "
+        "events at that pace. Without it, event times advance at 10,000/s and `run` reads as fast as it can.",
+    ),
+]
+OutputOpt = Annotated[Path, typer.Option("--output", "-o", help="Directory for Parquet results + summary.json.")]
+WindowOpt = Annotated[int, typer.Option("--window-size", min=1, help="Window size in seconds.")]
+SlideOpt = Annotated[int, typer.Option("--window-slide", min=1, help="Slide of sliding windows (Q5), seconds.")]
+
+
+@app.callback()
+def _root(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks of unexpected failures.")] = False):
+    _debug["on"] = debug
+
+
+def _generator(events: int, seed: int, rate: float | None):  # noqa: ANN202
+    from core.nexmark.generator import GeneratorConfig
+    from core.nexmark.schedule import RateSchedule
+
+    schedule = RateSchedule.constant(rate) if rate is not None else RateSchedule.constant(10_000)
+    return GeneratorConfig(seed=seed, events=events, schedule=schedule)
+
+
+def _params(window_size: int, window_slide: int):  # noqa: ANN202
+    from core.nexmark.params import QueryParams
+
+    return QueryParams(window_size_s=window_size, window_slide_s=min(window_slide, window_size))
+
+
+@app.command()
+def queries() -> None:
+    """List the NEXMark queries, one line each."""
+    from core.nexmark.queries import QUERIES
+
+    for info in QUERIES.values():
+        out.print(f"{info.name}  {info.summary}")
+
+
+@app.command(name="compile")
+def compile_(
+    query: QueryArg,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the logical and rewritten DAGs as JSON.")] = False,
+) -> None:
+    """Compile a query: its logical DAG and the DAG after operator insertion (TOs, ROs, MOs)."""
+    from core.nexmark.queries import get_query
+    from core.render import render_logical, render_rewritten
+    from core.rewrite import rewrite
+
+    info = get_query(query)
+    logical = info.plan()
+    rewritten = rewrite(logical)
+    if as_json:
+        doc = {
+            "query": info.name,
+            "logical": logical.to_json(),
+            "rewritten": rewritten.to_json(),
+            "rewrite_ms": round(rewritten.rewrite_ms, 3),
+        }
+        sys.stdout.write(json.dumps(doc) + "\n")
+        return
+    out.print(render_logical(logical))
+    out.print(render_rewritten(rewritten))
+
+
+@app.command()
+def run(
+    query: QueryArg,
+    output: OutputOpt,
+    events: EventsOpt = 100_000,
+    seed: SeedOpt = 0,
+    rate: RateOpt = None,
+    window_size: WindowOpt = 10,
+    window_slide: SlideOpt = 2,
+    batch_events: Annotated[int, typer.Option(min=1, help="Most events per micro-batch (epoch).")] = 200_000,
+    master: Annotated[str, typer.Option(help="Spark master URL for the VM side.")] = "local[2]",
+) -> None:
+    """Stream EVENTS generated NEXMark events through QUERY on Spark Structured Streaming."""
+    from core.spark.runner import RunConfig, run_query
+    from core.spark.session import SparkConfig
+
+    config = RunConfig(
+        query=query,
+        generator=_generator(events, seed, rate),
+        output=output,
+        params=_params(window_size, window_slide),
+        pace=rate is not None,
+        max_events_per_batch=batch_events,
+        spark=SparkConfig(master=master),
+    )
+    _check_query(query)
+    with err.status(f"streaming {events:,} events through {query} ...") as status:
+        summary = run_query(config, progress=lambda p: status.update(
+            f"{query}: epoch {p['batchId']}, {p['numInputRows']:,} records in the last epoch"
+        ))
+    out.print(json.dumps(summary, indent=2))
+
+
+@app.command()
+def reference(
+    query: QueryArg,
+    output: OutputOpt,
+    events: EventsOpt = 100_000,
+    seed: SeedOpt = 0,
+    rate: RateOpt = None,
+    window_size: WindowOpt = 10,
+    window_slide: SlideOpt = 2,
+) -> None:
+    """Compute QUERY's results in batch with DuckDB SQL, independently of the Spark lowering."""
+    from core.nexmark.reference import write_reference
+
+    _check_query(query)
+    summary = write_reference(query, _generator(events, seed, rate), _params(window_size, window_slide), output)
+    out.print(json.dumps(summary, indent=2))
+
+
+@app.command()
+def events(output: OutputOpt, events: EventsOpt = 100_000, seed: SeedOpt = 0, rate: RateOpt = None) -> None:
+    """Write the generated events as Parquet, one directory per entity, with event and arrival times."""
+    from core.nexmark.export import write_events
+
+    counts = write_events(_generator(events, seed, rate), output)
+    out.print(json.dumps({"output": str(output), "rows": counts}, indent=2))
+
+
+@app.command()
+def drill(
+    query: Annotated[str, typer.Option("--query", "-q", help="NEXMark query.")] = "q5",
+    events: EventsOpt = 200_000,
+    seed: SeedOpt = 0,
+    report: Annotated[Path, typer.Option(help="Where results go.")] = Path("runs/drill"),
+) -> None:
+    """Burst drill. Until the policy loop lands (issue 4) it runs QUERY end to end and checks it."""
+    from core.nexmark.reference import reference_for
+    from core.results import diff_results, read_results
+    from core.spark.runner import RunConfig, run_query
+
+    _check_query(query)
+    out.print(f"[bold]sponge drill[/bold]: burst drills arrive with the policy loop; running {query} end to end "
+              f"on {events:,} events instead and checking it against the batch reference.")
+    gen = _generator(events, seed, None)
+    with err.status(f"streaming {query} ..."):
+        summary = run_query(RunConfig(query=query, generator=gen, output=report / query))
+    t = time.time()
+    diff = diff_results(read_results(report / query), reference_for(query, gen, _params(10, 2)))
+    out.print(json.dumps(summary, indent=2))
+    out.print(f"reference computed in {time.time() - t:.1f}s; streamed output "
+              + ("[green]equals the reference[/green]" if diff is None else f"[red]differs[/red]: {diff}"))
+    if diff is not None:
+        raise typer.Exit(1)
+
+
+def _check_query(name: str) -> None:
+    from core.nexmark.queries import get_query
+
+    get_query(name)
+
+
+def main() -> None:
+    try:
+        rc = app(standalone_mode=False)
+        sys.exit(rc if isinstance(rc, int) else 0)
+    except SpongeError as e:
+        err.print(f"error: {e.one_line()}", markup=False)
+        sys.exit(2)
+    except typer.Abort:
+        err.print("aborted")
+        sys.exit(130)
+    except typer.TyperException as e:
+        ctx = getattr(e, "ctx", None)
+        cmd = ctx.command_path if ctx is not None else "sponge"
+        err.print(f"error: {e.format_message()} (see `{cmd} --help`)", markup=False)
+        sys.exit(2)
+    except Exception as e:
+        if _debug["on"]:
+            raise
+        err.print(f"error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} "
+                  "(rerun with `sponge --debug ...` for the traceback)", markup=False)
+        sys.exit(1)
+
+
+__all__ = ["ConfigError", "app", "main"]

@@ -1,0 +1,181 @@
+"""The query API: a fluent builder that records operators into a LogicalPlan and checks schemas.
+
+    q = QueryBuilder("q1")
+    bids = q.source("bid", BID_COLUMNS)
+    bids.map(auction=col("auction"), price=col("price") * 0.908).sink()
+    plan = q.build()
+
+Every call type-checks its expressions against the stream's schema, so a wrong column name fails at
+build time with the list of columns that do exist, not inside a Spark job.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from core.aggregates import aggregate
+from core.errors import PlanError
+from core.expr import DType, Expr
+from core.plan import (
+    WINDOW,
+    AggCall,
+    Comm,
+    Edge,
+    Filter,
+    FlatMap,
+    KeyBy,
+    LogicalPlan,
+    Map,
+    Node,
+    Operator,
+    Sink,
+    Source,
+    TopK,
+    WindowAggregate,
+    WindowJoin,
+    WindowSpec,
+)
+
+Columns = dict[str, DType]
+
+
+class QueryBuilder:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._nodes: list[Node] = []
+        self._edges: list[Edge] = []
+        self.schemas: dict[str, Columns] = {}
+        self.record_fields: dict[tuple[str, str], Columns] = {}
+
+    def _add(self, op: Operator, inputs: list[tuple[Stream, Comm]], schema: Columns) -> Stream:
+        node_id = f"{op.kind}{len(self._nodes)}"
+        self._nodes.append(Node(node_id, op))
+        for port, (s, comm) in enumerate(inputs):
+            self._edges.append(Edge(s.node_id, node_id, comm, port))
+        self.schemas[node_id] = schema
+        return Stream(self, node_id, schema)
+
+    def source(self, entity: str, columns: Columns) -> Stream:
+        return self._add(Source(entity, tuple(columns.items())), [], dict(columns))
+
+    def build(self) -> LogicalPlan:
+        if not any(isinstance(n.op, Sink) for n in self._nodes):
+            raise PlanError(f"query {self.name!r} has no sink", hint="end the query with .sink()")
+        return LogicalPlan(self.name, tuple(self._nodes), tuple(self._edges))
+
+
+@dataclass
+class Stream:
+    builder: QueryBuilder
+    node_id: str
+    schema: Columns
+
+    @property
+    def _keyed(self) -> bool:
+        return isinstance(self._op, KeyBy)
+
+    @property
+    def _op(self) -> Operator:
+        return next(n.op for n in self.builder._nodes if n.id == self.node_id)
+
+    def _comm(self) -> Comm:
+        """The edge leaving a key_by is a shuffle; every other edge here is one-to-one."""
+        return Comm.SHUFFLE if self._keyed else Comm.ONE_TO_ONE
+
+    def _check(self, e: Expr) -> DType:
+        return e.dtype(self.schema)
+
+    def map(self, **projections: Expr) -> Stream:
+        schema = {name: self._check(e) for name, e in projections.items()}
+        return self.builder._add(Map(tuple(projections.items())), [(self, self._comm())], schema)
+
+    def filter(self, predicate: Expr) -> Stream:
+        if self._check(predicate) != DType.BOOL:
+            raise PlanError("filter needs a boolean predicate")
+        return self.builder._add(Filter(predicate), [(self, self._comm())], dict(self.schema))
+
+    def flat_map(self, explode: str) -> Stream:
+        if self.schema.get(explode) != DType.RECORDS:
+            raise PlanError(f"flat_map explodes a list of records; {explode!r} is not one")
+        fields = self.builder.record_fields[(self.node_id, explode)]
+        schema = {k: v for k, v in self.schema.items() if k != explode} | fields
+        return self.builder._add(FlatMap(explode), [(self, self._comm())], schema)
+
+    def key_by(self, *keys: str) -> Stream:
+        for k in keys:
+            if k not in self.schema:
+                raise PlanError(f"key {k!r} is not a column", hint=f"columns: {', '.join(self.schema)}")
+        return self.builder._add(KeyBy(tuple(keys)), [(self, self._comm())], dict(self.schema))
+
+    def _require_keyed(self, what: str) -> None:
+        if not self._keyed:
+            raise PlanError(f"{what} needs a keyed stream", hint="call .key_by(...) first (key_by() for all)")
+
+    def _window_schema(self, window: WindowSpec | None) -> Columns:
+        if window is None:
+            if WINDOW not in self.schema:
+                raise PlanError("no window to regroup by", hint="pass window=WindowSpec(...) upstream")
+            return {}
+        if self.schema.get(window.on) != DType.TIMESTAMP:
+            raise PlanError(f"window column {window.on!r} must be a timestamp")
+        return {WINDOW: DType.WINDOW}
+
+    def window_aggregate(self, window: WindowSpec | None, **aggs: AggCall) -> Stream:
+        self._require_keyed("window_aggregate")
+        keys = self._op.keys  # type: ignore[attr-defined]
+        schema: Columns = self._window_schema(window) | {k: self.schema[k] for k in keys}
+        calls = []
+        for out, call in aggs.items():
+            fn = aggregate(call.fn)
+            if fn.needs_arg and call.arg is None:
+                raise PlanError(f"aggregate {call.fn} needs an argument")
+            arg_t = self._check(call.arg) if call.arg is not None else None
+            schema[out] = fn.result_type(arg_t)
+            if schema[out] == DType.RECORDS:
+                self.builder.record_fields[(f"window_aggregate{len(self.builder._nodes)}", out)] = {
+                    f: self.schema[f] for f in call.fields
+                }
+            calls.append(AggCall(out, call.fn, call.arg, call.fields, call.n, call.order_by))
+        op = WindowAggregate(tuple(keys), window, tuple(calls))
+        return self.builder._add(op, [(self, Comm.SHUFFLE)], schema)
+
+    def join(
+        self,
+        other: Stream,
+        window: WindowSpec | None = None,
+        condition: Expr | None = None,
+        right_on: str | None = None,
+    ) -> Stream:
+        self._require_keyed("join")
+        other._require_keyed("join")
+        overlap = (set(self.schema) & set(other.schema)) - ({WINDOW} if window else set())
+        if overlap:
+            raise PlanError(f"join inputs share columns {sorted(overlap)}", hint="rename them with .map()")
+        schema = dict(self.schema) | dict(other.schema)
+        right_on = right_on or (window.on if window else "date_time")
+        if window is not None:
+            self._window_schema(window)
+            if other.schema.get(right_on) != DType.TIMESTAMP:
+                raise PlanError(f"right window column {right_on!r} must be a timestamp of the right input")
+            schema[WINDOW] = DType.WINDOW
+        if condition is not None and condition.dtype(schema) != DType.BOOL:
+            raise PlanError("join condition must be boolean")
+        op = WindowJoin(
+            self._op.keys, other._op.keys, window, right_on, condition  # type: ignore[attr-defined]
+        )
+        return self.builder._add(op, [(self, Comm.SHUFFLE), (other, Comm.SHUFFLE)], schema)
+
+    def top_k(self, k: int, by: str, *, with_ties: bool = True) -> Stream:
+        self._require_keyed("top_k")
+        if by not in self.schema or WINDOW not in self.schema:
+            raise PlanError("top_k ranks a windowed stream by one of its columns")
+        op = TopK(k, by, tuple(self._op.keys), with_ties)  # type: ignore[attr-defined]
+        return self.builder._add(op, [(self, Comm.SHUFFLE)], dict(self.schema))
+
+    def sink(self, name: str = "output") -> Stream:
+        return self.builder._add(Sink(name), [(self, self._comm())], dict(self.schema))
+
+
+def agg(fn: str, arg: Expr | None = None, **kw: object) -> AggCall:
+    """Shorthand for an AggCall whose output name is filled in by window_aggregate(name=...)."""
+    return AggCall("", fn, arg, **kw)  # type: ignore[arg-type]

@@ -1,0 +1,243 @@
+"""Translate a rewritten DAG (or a plain logical DAG) into a Spark Structured Streaming DataFrame.
+
+Only VM-placed nodes become Spark operators; transient operators run on Lambda workers (issue 3).
+While nothing is offloaded, routers and merges lower to the identity, so the compiled plan costs
+what the plain plan costs (the paper's inactive proxies, section 4.2).
+
+Why some lowerings look the way they do:
+* Spark's `window` struct column stays internal through chained windowed operators because Spark
+  tracks it as the event-time column; the sink flattens it into window_start/window_end.
+* Sliding windows are aggregated per pane (a tumbling window of the slide) and the pane partials are
+  then merged into the sliding windows, so no record is copied into every window it belongs to.
+* Aggregates that keep records (max_with_ties, latest_n) collect structs and trim them after the
+  aggregation: the trim is a stateless projection, so Spark's state holds one list per group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from core.errors import PlanError
+from core.plan import (
+    WINDOW,
+    AggCall,
+    Filter,
+    FlatMap,
+    KeyBy,
+    LogicalPlan,
+    Map,
+    Operator,
+    Sink,
+    Source,
+    TopK,
+    WindowAggregate,
+    WindowJoin,
+    WindowSpec,
+)
+from core.rewrite import Kind, Placement, RewrittenPlan
+from core.spark.expr_spark import to_spark
+
+SourceFactory = Callable[[Source], DataFrame]
+
+
+def _secs(s: int) -> str:
+    return f"{s} seconds"
+
+
+def _window_col(spec: WindowSpec, size_s: int | None = None) -> Column:
+    size = size_s if size_s is not None else spec.size_s
+    if size == spec.slide_s:
+        return F.window(F.col(spec.on), _secs(size))
+    return F.window(F.col(spec.on), _secs(size), _secs(spec.slide_s))
+
+
+# ---- aggregates --------------------------------------------------------------------------------
+
+_PANE_PARTIAL = {"count": "sum", "sum": "sum", "min": "min", "max": "max"}
+
+
+def _agg_expr(call: AggCall) -> Column:
+    arg = to_spark(call.arg) if call.arg is not None else None
+    match call.fn:
+        case "count":
+            return F.count(F.lit(1))
+        case "sum":
+            return F.sum(arg)
+        case "min":
+            return F.min(arg)
+        case "max":
+            return F.max(arg)
+        case "avg":
+            return F.avg(arg)
+        case "max_with_ties":
+            return F.collect_list(F.struct(arg.alias("_v"), *[F.col(f) for f in call.fields]))
+        case "latest_n":
+            keys = [F.col(f).alias(f"_k{i}") for i, f in enumerate(call.order_by)]
+            return F.collect_list(F.struct(*keys, *[F.col(f) for f in call.fields]))
+    raise PlanError(f"no Spark lowering for aggregate {call.fn!r}")
+
+
+def _trim(call: AggCall) -> Column:
+    """The stateless step after the aggregation that turns collected structs into the result."""
+    c = F.col(call.out)
+    strip = lambda x: F.struct(*[x[f].alias(f) for f in call.fields])  # noqa: E731
+    if call.fn == "max_with_ties":
+        best = F.array_max(F.transform(c, lambda x: x["_v"]))
+        return F.transform(F.filter(c, lambda x: x["_v"] == best), strip)
+    if call.fn == "latest_n":
+        return F.transform(F.slice(F.sort_array(c, asc=False), 1, call.n), strip)
+    return c
+
+
+def _aggregate(df: DataFrame, op: WindowAggregate) -> DataFrame:
+    keys = [F.col(k) for k in op.keys]
+    if op.window is None:
+        out = df.groupBy(*keys).agg(*[_agg_expr(a).alias(a.out) for a in op.aggs])
+    elif op.window.tumbling:
+        out = df.groupBy(_window_col(op.window).alias(WINDOW), *keys).agg(
+            *[_agg_expr(a).alias(a.out) for a in op.aggs]
+        )
+    else:
+        out = _sliding_by_panes(df, op, keys)
+    trims = {a.out: _trim(a) for a in op.aggs if a.fn in ("max_with_ties", "latest_n")}
+    return out.withColumns(trims) if trims else out
+
+
+def _sliding_by_panes(df: DataFrame, op: WindowAggregate, keys: list[Column]) -> DataFrame:
+    assert op.window is not None
+    pane_aggs, window_aggs = [], []
+    for a in op.aggs:
+        if a.fn == "avg":
+            pane_aggs += [F.sum(to_spark(a.arg)).alias(f"_{a.out}_s"), F.count(to_spark(a.arg)).alias(f"_{a.out}_n")]
+            window_aggs.append((F.sum(f"_{a.out}_s") / F.sum(f"_{a.out}_n")).alias(a.out))
+        elif a.fn in _PANE_PARTIAL:
+            pane_aggs.append(_agg_expr(a).alias(a.out))
+            window_aggs.append(getattr(F, _PANE_PARTIAL[a.fn])(F.col(a.out)).alias(a.out))
+        else:
+            raise PlanError(f"aggregate {a.fn} is not supported on sliding windows", hint="use a tumbling window")
+    pane = F.window(F.col(op.window.on), _secs(op.window.slide_s)).alias("_pane")
+    panes = df.groupBy(pane, *keys).agg(*pane_aggs)
+    window = F.window(F.window_time("_pane"), _secs(op.window.size_s), _secs(op.window.slide_s))
+    return panes.groupBy(window.alias(WINDOW), *[F.col(k) for k in op.keys]).agg(*window_aggs)
+
+
+# ---- other operators ---------------------------------------------------------------------------
+
+
+def _join(left: DataFrame, right: DataFrame, op: WindowJoin) -> DataFrame:
+    cond = None
+    for lk, rk in zip(op.left_keys, op.right_keys, strict=True):
+        c = F.col(lk) == F.col(rk)
+        cond = c if cond is None else cond & c
+    if op.window is not None:
+        left = left.withColumn(WINDOW, _window_col(op.window))
+        right = right.withColumn("_rwindow", F.window(F.col(op.right_window_on), _secs(op.window.size_s)))
+        cond = cond & (F.col(WINDOW) == F.col("_rwindow"))
+    if op.condition is not None:
+        cond = cond & to_spark(op.condition)
+    out = left.join(right, cond, "inner")
+    return out.drop("_rwindow") if op.window is not None else out
+
+
+def _top_k(df: DataFrame, op: TopK) -> DataFrame:
+    others = [c for c in df.columns if c not in (WINDOW, *op.partition_by)]
+    grouped = df.groupBy(F.col(WINDOW), *[F.col(k) for k in op.partition_by]).agg(
+        F.collect_list(F.struct(*[F.col(c) for c in others])).alias("_rows")
+    )
+    ranked = F.sort_array(F.transform(F.col("_rows"), lambda x: x[op.by]), asc=False)
+    kth = F.element_at(ranked, F.least(F.lit(op.k), F.size(ranked)))
+    if op.with_ties:
+        kept = F.filter(F.col("_rows"), lambda x: x[op.by] >= kth)
+    else:
+        kept = F.slice(F.sort_array(F.col("_rows"), asc=False), 1, op.k)
+    return (
+        grouped.select(F.col(WINDOW), *op.partition_by, F.explode(kept).alias("_r"))
+        .select(WINDOW, *op.partition_by, *[F.col(f"_r.{c}").alias(c) for c in others])
+        .select(*df.columns)
+    )
+
+
+def _flat_map(df: DataFrame, op: FlatMap) -> DataFrame:
+    others = [c for c in df.columns if c != op.explode]
+    return df.select(*others, F.explode(F.col(op.explode)).alias("_e")).select(*others, "_e.*")
+
+
+def sink_frame(df: DataFrame) -> DataFrame:
+    """Flatten the internal window struct into the output columns window_start/window_end."""
+    if WINDOW not in df.columns:
+        return df
+    rest = [c for c in df.columns if c != WINDOW]
+    return df.select(
+        F.col(f"{WINDOW}.start").alias("window_start"), F.col(f"{WINDOW}.end").alias("window_end"), *rest
+    )
+
+
+def apply_operator(op: Operator, inputs: list[DataFrame], sources: SourceFactory) -> DataFrame:
+    if isinstance(op, Source):
+        return sources(op)
+    df = inputs[0]
+    if isinstance(op, Map):
+        return df.select(*[to_spark(e).alias(name) for name, e in op.projections])
+    if isinstance(op, Filter):
+        return df.filter(to_spark(op.predicate))
+    if isinstance(op, KeyBy):
+        return df  # Spark shuffles inside the stateful operator that follows
+    if isinstance(op, WindowAggregate):
+        return _aggregate(df, op)
+    if isinstance(op, WindowJoin):
+        return _join(df, inputs[1], op)
+    if isinstance(op, TopK):
+        return _top_k(df, op)
+    if isinstance(op, FlatMap):
+        return _flat_map(df, op)
+    if isinstance(op, Sink):
+        return sink_frame(df)
+    raise PlanError(f"no Spark lowering for operator {op.kind!r}")
+
+
+# ---- whole plans -------------------------------------------------------------------------------
+
+
+def lower_rewritten(plan: RewrittenPlan, sources: SourceFactory) -> dict[str, DataFrame]:
+    """Lower the VM side of a rewritten plan; returns the DataFrame of every sink by sink name."""
+    frames: dict[str, DataFrame] = {}
+    sinks: dict[str, DataFrame] = {}
+    vm_nodes = {n.id: n for n in plan.nodes if n.placement == Placement.VM}
+    order = [n.id for n in plan.logical.topological_order()]
+    pending = [nid for nid in vm_nodes if nid not in order]
+    # Visit VM nodes so that every input is ready: originals in topological order, proxies on demand.
+    def frame(node_id: str) -> DataFrame:
+        if node_id in frames:
+            return frames[node_id]
+        node = vm_nodes[node_id]
+        ins = [frame(e.src) for e in plan.in_edges(node_id) if e.src in vm_nodes]
+        if node.kind == Kind.ORIGINAL:
+            op = plan.logical.node(node_id).op
+            df = apply_operator(op, ins, sources)
+            if isinstance(op, Sink):
+                sinks[op.name] = df
+        else:  # inactive router or merge: identity on the VM path
+            if len(ins) != 1:
+                raise PlanError(f"{node.kind.value} {node_id} should have one VM input, has {len(ins)}")
+            df = ins[0]
+        frames[node_id] = df
+        return df
+
+    for nid in order + pending:
+        frame(nid)
+    return sinks
+
+
+def lower_plain(plan: LogicalPlan, sources: SourceFactory) -> dict[str, DataFrame]:
+    """Lower the logical plan directly, with no proxies at all (the bench's baseline (b))."""
+    frames: dict[str, DataFrame] = {}
+    sinks: dict[str, DataFrame] = {}
+    for node in plan.topological_order():
+        ins = [frames[e.src] for e in plan.in_edges(node.id)]
+        frames[node.id] = apply_operator(node.op, ins, sources)
+        if isinstance(node.op, Sink):
+            sinks[node.op.name] = frames[node.id]
+    return sinks

@@ -1,0 +1,63 @@
+"""Build the local SparkSession the runs, tests and benches share, after checking Java is usable."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+
+from core.errors import MissingDependencyError
+
+MIN_JAVA = 17
+
+
+@dataclass(frozen=True)
+class SparkConfig:
+    """How the VM side runs; `master` is a Spark master URL such as local[2] or local-cluster[2,1,1024]."""
+
+    master: str = "local[2]"
+    shuffle_partitions: int = 2
+    app_name: str = "sponge"
+
+
+def check_java() -> str:
+    """Return the Java version string, or fail with a message that says how to install Java."""
+    java = shutil.which("java", path=os.path.join(os.environ.get("JAVA_HOME", ""), "bin") + os.pathsep
+                        + os.environ.get("PATH", ""))
+    hint = "install a JDK 17 or newer (Debian: apt-get install openjdk-17-jre-headless) or set JAVA_HOME"
+    if java is None:
+        raise MissingDependencyError("Java was not found; Spark needs it", hint=hint)
+    out = subprocess.run([java, "-version"], capture_output=True, text=True, check=False).stderr
+    m = re.search(r'version "(\d+)', out)
+    if not m or int(m.group(1)) < MIN_JAVA:
+        raise MissingDependencyError(f"Spark needs Java {MIN_JAVA}+, found: {out.splitlines()[:1]}", hint=hint)
+    return m.group(1)
+
+
+def spark_session(config: SparkConfig = SparkConfig()):  # noqa: ANN201 - pyspark type imported lazily
+    check_java()
+    # Python workers must run the interpreter that has the project installed.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.sql import SparkSession
+
+    from core.spark.source import register
+
+    spark = (
+        SparkSession.builder.master(config.master)
+        .appName(config.app_name)
+        .config("spark.sql.shuffle.partitions", str(config.shuffle_partitions))
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark
