@@ -1,0 +1,50 @@
+# Two commands do everything on a fresh machine:  make drill  and  make test.
+# Both set the project up on first use (virtualenv in .venv, pinned dependencies, Java check).
+
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup test test-fast drill lint bench clean java
+
+setup: $(STAMP)
+
+java:
+	@if ! command -v java >/dev/null 2>&1 || ! java -version 2>&1 | grep -qE 'version "(1[7-9]|[2-9][0-9])'; then \
+	  if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "setup: installing Java 17 (Spark needs it) with apt-get ..."; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null; \
+	  else \
+	    echo "error: Spark needs Java 17 or newer; install a JDK (Debian: sudo apt-get install openjdk-17-jre-headless) or set JAVA_HOME" >&2; \
+	    exit 1; \
+	  fi; \
+	fi
+
+$(STAMP): pyproject.toml constraints.txt | java
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' || \
+	  { echo "error: Python 3.11+ is needed (found $$($(PYTHON) --version)); set PYTHON=/path/to/python3.11" >&2; exit 1; }
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev]'
+	@touch $(STAMP)
+	@echo "setup: done; the CLI is $(BIN)/sponge"
+
+test: setup
+	$(BIN)/python -m pytest
+
+test-fast: setup
+	$(BIN)/python -m pytest -m "not spark and not slow"
+
+drill: setup
+	$(BIN)/sponge drill
+
+lint: setup
+	$(BIN)/ruff check .
+
+bench: setup
+	$(BIN)/python -m bench.throughput
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache .hypothesis
