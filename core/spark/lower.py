@@ -80,16 +80,22 @@ def _agg_expr(call: AggCall) -> Column:
     raise PlanError(f"no Spark lowering for aggregate {call.fn!r}")
 
 
-def _trim(call: AggCall) -> Column:
-    """The stateless step after the aggregation that turns collected structs into the result."""
-    c = F.col(call.out)
-    strip = lambda x: F.struct(*[x[f].alias(f) for f in call.fields])  # noqa: E731
-    if call.fn == "max_with_ties":
-        best = F.array_max(F.transform(c, lambda x: x["_v"]))
-        return F.transform(F.filter(c, lambda x: x["_v"] == best), strip)
-    if call.fn == "latest_n":
-        return F.transform(F.slice(F.sort_array(c, asc=False), 1, call.n), strip)
-    return c
+def _trims(df: DataFrame, calls: list[AggCall]) -> DataFrame:
+    """The stateless step after the aggregation that turns collected structs into the result.
+
+    A threshold is computed into its own column first: referenced inside a lambda, Spark would
+    recompute it for every element of the list.
+    """
+    for call in calls:
+        c = F.col(call.out)
+        strip = lambda x: F.struct(*[x[f].alias(f) for f in call.fields])  # noqa: E731
+        if call.fn == "max_with_ties":
+            df = df.withColumn("_best", F.array_max(F.transform(c, lambda x: x["_v"])))
+            df = df.withColumn(call.out, F.transform(F.filter(c, lambda x: x["_v"] == F.col("_best")), strip))
+            df = df.drop("_best")
+        elif call.fn == "latest_n":
+            df = df.withColumn(call.out, F.transform(F.slice(F.sort_array(c, asc=False), 1, call.n), strip))
+    return df
 
 
 def _aggregate(df: DataFrame, op: WindowAggregate) -> DataFrame:
@@ -102,8 +108,7 @@ def _aggregate(df: DataFrame, op: WindowAggregate) -> DataFrame:
         )
     else:
         out = _sliding_by_panes(df, op, keys)
-    trims = {a.out: _trim(a) for a in op.aggs if a.fn in ("max_with_ties", "latest_n")}
-    return out.withColumns(trims) if trims else out
+    return _trims(out, [a for a in op.aggs if a.fn in ("max_with_ties", "latest_n")])
 
 
 def _sliding_by_panes(df: DataFrame, op: WindowAggregate, keys: list[Column]) -> DataFrame:
@@ -127,14 +132,31 @@ def _sliding_by_panes(df: DataFrame, op: WindowAggregate, keys: list[Column]) ->
 # ---- other operators ---------------------------------------------------------------------------
 
 
+_WATERMARK_KEY = "spark.watermarkDelayMs"
+
+
+def _strip_event_time(df: DataFrame, keep: str) -> DataFrame:
+    """Leave `keep` as the stream's only event-time column.
+
+    Spark accepts one event-time column per stream in front of a stateful operator; once a window
+    is assigned, the timestamp it came from becomes a plain value (re-derived, so it loses the
+    watermark marker but keeps every microsecond).
+    """
+    marked = [f.name for f in df.schema.fields if f.name != keep and _WATERMARK_KEY in (f.metadata or {})]
+    if not marked:
+        return df
+    return df.withColumns({c: F.timestamp_micros(F.unix_micros(F.col(c))) for c in marked})
+
+
 def _join(left: DataFrame, right: DataFrame, op: WindowJoin) -> DataFrame:
     cond = None
     for lk, rk in zip(op.left_keys, op.right_keys, strict=True):
         c = F.col(lk) == F.col(rk)
         cond = c if cond is None else cond & c
     if op.window is not None:
-        left = left.withColumn(WINDOW, _window_col(op.window))
+        left = _strip_event_time(left.withColumn(WINDOW, _window_col(op.window)), WINDOW)
         right = right.withColumn("_rwindow", F.window(F.col(op.right_window_on), _secs(op.window.size_s)))
+        right = _strip_event_time(right, "_rwindow")
         cond = cond & (F.col(WINDOW) == F.col("_rwindow"))
     if op.condition is not None:
         cond = cond & to_spark(op.condition)
@@ -148,9 +170,9 @@ def _top_k(df: DataFrame, op: TopK) -> DataFrame:
         F.collect_list(F.struct(*[F.col(c) for c in others])).alias("_rows")
     )
     ranked = F.sort_array(F.transform(F.col("_rows"), lambda x: x[op.by]), asc=False)
-    kth = F.element_at(ranked, F.least(F.lit(op.k), F.size(ranked)))
+    grouped = grouped.withColumn("_kth", F.element_at(ranked, F.least(F.lit(op.k), F.size(ranked))))
     if op.with_ties:
-        kept = F.filter(F.col("_rows"), lambda x: x[op.by] >= kth)
+        kept = F.filter(F.col("_rows"), lambda x: x[op.by] >= F.col("_kth"))
     else:
         kept = F.slice(F.sort_array(F.col("_rows"), asc=False), 1, op.k)
     return (

@@ -21,7 +21,7 @@ from core.plan import Source
 from core.rewrite import rewrite
 from core.spark.session import SparkConfig, spark_session
 
-EOS_WATERMARK_PREFIX = "2100-01-01"
+EOS_TIME = "2100-01-01"  # core.nexmark.schema.END_OF_STREAM_TIME_US as a Spark literal
 
 
 @dataclass(frozen=True)
@@ -58,10 +58,15 @@ def nexmark_sources(spark, config: RunConfig, pace_origin: float) -> Callable[[S
             .option("max_events_per_batch", str(config.max_events_per_batch))
             .load()
         )
-        # The punctuation row must pass the watermark operator and only then be dropped.
-        return df.withWatermark("date_time", "0 seconds").filter(
-            F.col("date_time") < F.lit(EOS_WATERMARK_PREFIX).cast("timestamp")
-        )
+        # The punctuation row must reach the watermark operator before it is dropped. Spark pushes
+        # predicates that do not mention the event-time column below the watermark (join keys'
+        # inferred not-null checks, a query's own filters), which would drop the punctuation early:
+        # making every column depend on date_time keeps them all above it.
+        alive = F.col("date_time") < F.lit(EOS_TIME).cast("timestamp")
+        df = df.withWatermark("date_time", "0 seconds")
+        return df.select(
+            *[F.col(c) if c == "date_time" else F.when(alive, F.col(c)).alias(c) for c in df.columns]
+        ).filter(alive)
 
     return make
 
@@ -91,30 +96,38 @@ def run_query(config: RunConfig, progress: Callable[[dict], None] | None = None)
         .queryName(f"sponge_{config.query}_{int(started)}")
         .start()
     )
-    records_in = epochs = 0
-    seen: set[int] = set()
-    try:
-        while True:
-            if query.exception() is not None:
-                raise SpongeError(f"the streaming query failed: {query.exception()}")
-            for p in query.recentProgress:
-                if p["batchId"] in seen:
-                    continue
-                seen.add(p["batchId"])
-                records_in += p["numInputRows"]
-                epochs += 1
+    total = config.generator.events + 1  # the punctuation sits at offset `events`
+    n_sources = len([n for n in logical.nodes if isinstance(n.op, Source)])
+    seen: dict[int, dict] = {}
+
+    def collect() -> bool:
+        """Record new epochs; True once every source has committed its last offset."""
+        for p in query.recentProgress:
+            if p["batchId"] not in seen and p["numInputRows"] is not None and "addBatch" in p["durationMs"]:
+                seen[p["batchId"]] = p
                 if progress:
                     progress(p)
-            last = query.lastProgress
-            if last and last.get("eventTime", {}).get("watermark", "").startswith(EOS_WATERMARK_PREFIX):
-                break
+        last = query.lastProgress
+        return bool(last) and len(last["sources"]) == n_sources and all(
+            json.loads(s["endOffset"] or "{}").get("event", 0) >= total for s in last["sources"]
+        )
+
+    try:
+        while not collect():
+            if query.exception() is not None:
+                raise SpongeError(f"the streaming query failed: {str(query.exception()).splitlines()[0]}")
             if time.time() - started > config.timeout_s:
-                raise SpongeError(f"the query did not finish in {config.timeout_s:.0f}s")
+                raise SpongeError(f"the query did not finish in {config.timeout_s:.0f}s",
+                                  hint="raise the timeout or lower --events")
             time.sleep(0.05)
+        # Runs the no-data epoch that applies the end-of-stream watermark and closes the last windows.
+        query.processAllAvailable()
+        collect()
     finally:
         query.stop()
+    records_in = sum(p["numInputRows"] for p in seen.values()) - n_sources  # minus the punctuation rows
+    epochs = len(seen)
     wall_s = time.time() - started
-    records_in -= len([n for n in logical.nodes if isinstance(n.op, Source)])  # the punctuation rows
     summary = {
         "query": config.query,
         "events": config.generator.events,

@@ -56,6 +56,8 @@ def spark_session(config: SparkConfig = SparkConfig()):  # noqa: ANN201 - pyspar
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        # Readers outside Spark (pyarrow, DuckDB) see UTC microsecond timestamps, not legacy INT96.
+        .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")

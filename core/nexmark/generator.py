@@ -1,0 +1,415 @@
+"""Deterministic, vectorised NEXMark event generator.
+
+Why counter-based: the Spark source, the Parquet export and the batch reference each generate
+arbitrary ranges of the one global event sequence, in any order and on different processes, and
+must agree byte for byte. So every field of event n is a pure function of (seed, n): a splitmix64
+hash of (seed, field salt, n), never a sequential RNG. Whole ranges are generated with numpy array
+arithmetic (no per-row Python), which keeps a 1M-event pass well under a second.
+
+The model follows the standard NEXMark generator (Beam's GeneratorConfig / PersonGenerator /
+AuctionGenerator / BidGenerator): event n is a person, auction or bid by n % 50 (1:3:46); ids are
+dense and base 1000; auctions choose a seller among the recently active people (most often a "hot"
+one), bids choose an auction among the ones in flight (half of them the hot one) and a bidder among
+the active people. Unlike Beam, no id ever refers to an entity that does not exist yet, so the
+reference joins are exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import cache, lru_cache
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from core.errors import ConfigError
+from core.nexmark.schedule import RateSchedule
+from core.nexmark.schema import TIMESTAMP, check_entity, schema_for
+
+FIRST_EVENT_TIME_US = 1_767_225_600_000_000
+"""2026-01-01T00:00:00Z in microseconds: the event time of event 0 (docs/queries.md)."""
+
+PROPORTION_DENOMINATOR = 50
+PERSON_PROPORTION = 1
+AUCTION_PROPORTION = 3
+FIRST_PERSON_ID = 1000
+FIRST_AUCTION_ID = 1000
+FIRST_CATEGORY_ID = 10
+NUM_CATEGORIES = 5
+ACTIVE_PEOPLE = 1000
+"""Sellers and bidders are drawn from the most recent people, so per-person density stays flat."""
+IN_FLIGHT_AUCTIONS = 100
+"""Bids go to one of the most recent auctions, the ones still open."""
+HOT_STRIDE = 100
+"""The hot seller/auction/bidder is the first of the last block of this many ids."""
+HOT_AUCTION_SHARE = 1 / 2
+HOT_SELLER_SHARE = 3 / 4
+HOT_BIDDER_SHARE = 3 / 4
+HOT_CHANNEL_SHARE = 1 / 2
+NUM_CHANNELS = 10_000
+MIN_AUCTION_MS = 2_000
+MAX_AUCTION_MS = 20_000
+MAX_EXTRA_CHARS = 16
+
+US_STATES = ("AZ", "CA", "ID", "OR", "WA", "WY")
+US_CITIES = (
+    "Phoenix",
+    "Los Angeles",
+    "San Francisco",
+    "Boise",
+    "Portland",
+    "Bend",
+    "Redmond",
+    "Seattle",
+    "Kent",
+    "Cheyenne",
+)
+FIRST_NAMES = ("Peter", "Paul", "Luke", "John", "Saul", "Vicky", "Kate", "Julie", "Sarah", "Deiter", "Walter")
+LAST_NAMES = ("Shultz", "Abrams", "Spencer", "White", "Bartels", "Walton", "Smith", "Jones", "Noris")
+HOT_CHANNELS = ("Google", "Facebook", "Baidu", "Apple")
+
+_ENTITY_SLOTS = {"person": (0, 1), "auction": (1, 4), "bid": (4, PROPORTION_DENOMINATOR)}
+"""Per entity, the half-open range of n % 50 that it occupies."""
+
+_MASK64 = (1 << 64) - 1
+_GOLDEN = 0x9E3779B97F4A7C15
+_MUL1 = 0xBF58476D1CE4E5B9
+_MUL2 = 0x94D049BB133111EB
+
+# Field salts: distinct constants so that each field draws independent bits for the same event.
+_SALTS = {
+    name: i + 1
+    for i, name in enumerate(
+        (
+            "name",
+            "email_user",
+            "email_user_len",
+            "email_domain",
+            "email_domain_len",
+            "credit_card",
+            "city",
+            "state",
+            "extra",
+            "extra_len",
+            "item_name",
+            "item_name_len",
+            "description",
+            "description_len",
+            "initial_bid",
+            "reserve",
+            "expires",
+            "seller_hot",
+            "seller",
+            "category",
+            "auction_hot",
+            "auction",
+            "bidder_hot",
+            "bidder",
+            "price",
+            "channel_hot",
+            "channel",
+        )
+    )
+}
+
+
+@dataclass(frozen=True)
+class GeneratorConfig:
+    """Everything that fixes the event sequence: `events` events in all, keyed by `seed`, timed by `schedule`.
+
+    Frozen and picklable, so the same value can travel to Spark's Python workers.
+    """
+
+    seed: int
+    events: int
+    schedule: RateSchedule = field(default_factory=lambda: RateSchedule.constant(10_000))
+    first_event_time_us: int = FIRST_EVENT_TIME_US
+
+    def __post_init__(self) -> None:
+        for name in ("seed", "events", "first_event_time_us"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | np.integer):
+                raise ConfigError(
+                    f"generator {name} must be an integer, got {value!r}",
+                    hint=f"pass --{name.replace('_', '-')} as a whole number",
+                )
+            object.__setattr__(self, name, int(value))
+        if self.seed < 0 or self.seed > _MASK64:
+            raise ConfigError(
+                f"seed must be in [0, 2^64), got {self.seed}", hint="pass --seed as a non-negative integer"
+            )
+        if self.events < 0:
+            raise ConfigError(
+                f"events must be >= 0, got {self.events}", hint="pass --events as a non-negative integer"
+            )
+        if not isinstance(self.schedule, RateSchedule):
+            raise ConfigError(
+                f"schedule must be a RateSchedule, got {type(self.schedule).__name__}",
+                hint="build it with RateSchedule.parse(text) or RateSchedule.constant(rate)",
+            )
+
+
+def event_ids(entity: str, start: int, end: int) -> np.ndarray:
+    """Global indices n in [start, end) whose event is of `entity`, ascending (int64)."""
+    lo, hi = _ENTITY_SLOTS[check_entity(entity)]
+    start, end = max(int(start), 0), max(int(end), 0)
+    if end <= start:
+        return np.empty(0, dtype=np.int64)
+    if entity == "person":
+        first = -(-start // PROPORTION_DENOMINATOR) * PROPORTION_DENOMINATOR
+        return np.arange(first, end, PROPORTION_DENOMINATOR, dtype=np.int64)
+    n = np.arange(start, end, dtype=np.int64)
+    slot = n % PROPORTION_DENOMINATOR
+    return n[(slot >= lo) & (slot < hi)]
+
+
+def generate(config: GeneratorConfig, entity: str, start: int, end: int) -> pa.RecordBatch:
+    """The `entity` rows among events [start, end) ∩ [0, config.events), ascending by event index."""
+    n = event_ids(entity, start, min(int(end), config.events))
+    return _BUILDERS[entity](_Draw(config.seed, n), date_time_us(config, n))
+
+
+def iter_batches(
+    config: GeneratorConfig, entity: str, batch_events: int = 200_000
+) -> Iterator[pa.RecordBatch]:
+    """All `entity` rows of the configuration, in non-empty batches covering `batch_events` events each."""
+    if batch_events <= 0:
+        raise ConfigError(f"batch_events must be positive, got {batch_events}", hint="use e.g. 200000")
+    check_entity(entity)
+    for start in range(0, config.events, batch_events):
+        batch = generate(config, entity, start, start + batch_events)
+        if batch.num_rows:
+            yield batch
+
+
+def date_time_us(config: GeneratorConfig, n: np.ndarray) -> np.ndarray:
+    """Event time of events `n` in microseconds since the epoch (int64), rounded to the microsecond."""
+    offset_us = np.rint(config.schedule.offset_s(n) * 1e6).astype(np.int64)
+    return offset_us + np.int64(config.first_event_time_us)
+
+
+# --------------------------------------------------------------------------------------------------
+# Counter-based randomness
+
+
+def _mix_int(x: int) -> int:
+    """splitmix64's finaliser on a Python int: used for the per-(seed, field) keys."""
+    x &= _MASK64
+    x = ((x ^ (x >> 30)) * _MUL1) & _MASK64
+    x = ((x ^ (x >> 27)) * _MUL2) & _MASK64
+    return x ^ (x >> 31)
+
+
+def _mix(z: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser, in place on a uint64 array (array arithmetic wraps modulo 2^64)."""
+    z ^= z >> np.uint64(30)
+    z *= np.uint64(_MUL1)
+    z ^= z >> np.uint64(27)
+    z *= np.uint64(_MUL2)
+    z ^= z >> np.uint64(31)
+    return z
+
+
+_LETTERS = (97 + (np.arange(256, dtype=np.uint16) * 26 >> 8)).astype(np.uint8)
+"""Random byte -> lowercase letter, near-uniformly (each letter takes 9 or 10 of the 256 values)."""
+_DIGITS = (48 + (np.arange(256, dtype=np.uint16) * 10 >> 8)).astype(np.uint8)
+"""Random byte -> decimal digit."""
+_SPACE_BYTES = 20
+"""Bytes below this become a blank inside words: 20/256, about one character in 13 as in NEXMark."""
+
+
+class _Draw:
+    """Independent pseudo-random draws for a set of event indices, one stream per field salt."""
+
+    def __init__(self, seed: int, n: np.ndarray) -> None:
+        self.seed = seed
+        self.n = n
+        self._counter = n.astype(np.uint64) * np.uint64(_GOLDEN)
+
+    def _key(self, salt: str) -> np.uint64:
+        return np.uint64(_mix_int(_mix_int(self.seed * _GOLDEN + _SALTS[salt]) + _SALTS[salt]))
+
+    def bits(self, salt: str) -> np.ndarray:
+        """64 random bits per event."""
+        return _mix(self._counter + self._key(salt))
+
+    def unit(self, salt: str) -> np.ndarray:
+        """Uniform doubles in [0, 1)."""
+        return (self.bits(salt) >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
+
+    def below(self, salt: str, bound: np.ndarray | int) -> np.ndarray:
+        """Uniform int64 in [0, bound) (bound may vary per event)."""
+        return (self.unit(salt) * bound).astype(np.int64)
+
+    def chance(self, salt: str, share: float) -> np.ndarray:
+        """True with probability `share`."""
+        return self.unit(salt) < share
+
+    def price(self, salt: str) -> np.ndarray:
+        """NEXMark's log-uniform price in cents: round(10^(6u) * 100), from 100 to 100,000,000."""
+        return np.floor(np.power(10.0, self.unit(salt) * 6.0) * 100.0 + 0.5).astype(np.int64)
+
+    def byte_matrix(self, salt: str, width: int) -> np.ndarray:
+        """`width` random bytes per event, as a (events, width) uint8 matrix.
+
+        Eight bytes come from each 64-bit hash of (n, word); reading them through a uint8 view makes
+        the byte order the machine's, which is little-endian on every platform we run on.
+        """
+        words = -(-width // 8)
+        cells = self.n.astype(np.uint64)[:, None] * np.uint64(words) + np.arange(words, dtype=np.uint64)
+        z = _mix(cells * np.uint64(_GOLDEN) + self._key(salt))
+        return z.view(np.uint8).reshape(len(self.n), words * 8)[:, :width]
+
+    def text(self, salt: str, min_len: int, max_len: int, spaces: bool = False) -> pa.StringArray:
+        """Random lowercase words of min_len..max_len characters, one per event.
+
+        With `spaces`, about one interior character in 13 is a blank, as in the standard generator's
+        strings, but never the first or last, so nothing needs trimming. The bytes past each length
+        are dropped before the letter lookup, which halves the cost for short strings.
+        """
+        raw = self.byte_matrix(salt, max_len)
+        length = min_len + self.below(salt + "_len", max_len - min_len + 1)
+        col = np.arange(max_len)[None, :]
+        keep = col < length[:, None]
+        if spaces:
+            interior = (col > 0) & (col < length[:, None] - 1)
+            data = np.where(interior & (raw < _SPACE_BYTES), np.uint8(ord(" ")), _LETTERS[raw])[keep]
+        else:
+            data = _LETTERS[raw[keep]]
+        return _pack_strings(data, length)
+
+
+# --------------------------------------------------------------------------------------------------
+# Arrow assembly
+
+
+def _pack_strings(data: np.ndarray, lengths: np.ndarray) -> pa.StringArray:
+    """An Arrow string array from the concatenated UTF-8 bytes and each string's length."""
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    return pa.StringArray.from_buffers(
+        len(lengths), pa.py_buffer(offsets), pa.py_buffer(np.ascontiguousarray(data, dtype=np.uint8))
+    )
+
+
+def _int64(values: np.ndarray) -> pa.Array:
+    values = np.ascontiguousarray(values, dtype=np.int64)
+    return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(values)])
+
+
+def _timestamps(values_us: np.ndarray) -> pa.Array:
+    values_us = np.ascontiguousarray(values_us, dtype=np.int64)
+    return pa.Array.from_buffers(TIMESTAMP, len(values_us), [None, pa.py_buffer(values_us)])
+
+
+@cache
+def _table(values: tuple[str, ...]) -> pa.StringArray:
+    return pa.array(values, type=pa.string())
+
+
+@lru_cache(maxsize=1)
+def _channel_tables() -> tuple[pa.StringArray, pa.StringArray]:
+    """Channel names and their URLs: the hot channels first, then NUM_CHANNELS numbered ones.
+
+    A fixed table (independent of the seed) that bids index into, so a bid's channel and URL always
+    agree and building them costs one Arrow `take`.
+    """
+    names = list(HOT_CHANNELS)
+    urls = [f"https://www.nexmark.com/{name.lower()}/item.htm?query=1" for name in HOT_CHANNELS]
+    for k in range(NUM_CHANNELS):
+        word = "".join(chr(97 + (_mix_int(k * 7 + j) % 26)) for j in range(3 + _mix_int(k) % 4))
+        names.append(f"channel-{k}")
+        urls.append(f"https://www.nexmark.com/{word}/item.htm?query=1&channel_id={k}")
+    return pa.array(names, type=pa.string()), pa.array(urls, type=pa.string())
+
+
+def _cold_person(draw: _Draw, salt: str, last_person: np.ndarray) -> np.ndarray:
+    """A base-0 person id among the ACTIVE_PEOPLE most recent ones (all of which exist)."""
+    active = np.minimum(last_person + 1, ACTIVE_PEOPLE)
+    return last_person + 1 - active + draw.below(salt, active)
+
+
+def _persons(draw: _Draw, date_time: np.ndarray) -> pa.RecordBatch:
+    n, rows = draw.n, len(draw.n)
+    full_names = tuple(f"{first} {last}" for first in FIRST_NAMES for last in LAST_NAMES)
+    domain = pc.binary_join_element_wise(draw.text("email_domain", 3, 5), ".com", "")
+    email = pc.binary_join_element_wise(draw.text("email_user", 3, 7), domain, "@")
+    # Four blocks of four digits separated by blanks: a fixed 19-byte layout.
+    card = np.full((rows, 19), ord(" "), dtype=np.uint8)
+    digits = _DIGITS[draw.byte_matrix("credit_card", 16)]
+    for group in range(4):
+        card[:, group * 5 : group * 5 + 4] = digits[:, group * 4 : group * 4 + 4]
+    columns = [
+        _int64(FIRST_PERSON_ID + n // PROPORTION_DENOMINATOR),
+        _table(full_names).take(draw.below("name", len(full_names))),
+        email,
+        _pack_strings(card.reshape(-1), np.full(rows, 19)),
+        _table(US_CITIES).take(draw.below("city", len(US_CITIES))),
+        _table(US_STATES).take(draw.below("state", len(US_STATES))),
+        _timestamps(date_time),
+        draw.text("extra", 0, MAX_EXTRA_CHARS),
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=schema_for("person"))
+
+
+def _auctions(draw: _Draw, date_time: np.ndarray) -> pa.RecordBatch:
+    n = draw.n
+    epoch, slot = np.divmod(n, PROPORTION_DENOMINATOR)
+    last_person = epoch * PERSON_PROPORTION + (PERSON_PROPORTION - 1)
+    hot_seller = (last_person // HOT_STRIDE) * HOT_STRIDE
+    seller = np.where(
+        draw.chance("seller_hot", HOT_SELLER_SHARE), hot_seller, _cold_person(draw, "seller", last_person)
+    )
+    initial_bid = draw.price("initial_bid")
+    duration_ms = MIN_AUCTION_MS + draw.below("expires", MAX_AUCTION_MS - MIN_AUCTION_MS + 1)
+    columns = [
+        _int64(FIRST_AUCTION_ID + epoch * AUCTION_PROPORTION + (slot - PERSON_PROPORTION)),
+        draw.text("item_name", 3, 20, spaces=True),
+        draw.text("description", 3, 100, spaces=True),
+        _int64(initial_bid),
+        _int64(initial_bid + draw.price("reserve")),
+        _timestamps(date_time),
+        _timestamps(date_time + duration_ms * 1000),
+        _int64(FIRST_PERSON_ID + seller),
+        _int64(FIRST_CATEGORY_ID + draw.below("category", NUM_CATEGORIES)),
+        draw.text("extra", 0, MAX_EXTRA_CHARS),
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=schema_for("auction"))
+
+
+def _bids(draw: _Draw, date_time: np.ndarray) -> pa.RecordBatch:
+    epoch = draw.n // PROPORTION_DENOMINATOR
+    last_auction = epoch * AUCTION_PROPORTION + (AUCTION_PROPORTION - 1)
+    first_open = np.maximum(last_auction - IN_FLIGHT_AUCTIONS, 0)
+    cold_auction = first_open + draw.below("auction", last_auction - first_open + 1)
+    auction = np.where(
+        draw.chance("auction_hot", HOT_AUCTION_SHARE), (last_auction // HOT_STRIDE) * HOT_STRIDE, cold_auction
+    )
+    last_person = epoch * PERSON_PROPORTION + (PERSON_PROPORTION - 1)
+    # The hot bidder is the second person of the block, so it differs from the hot seller.
+    hot_bidder = np.minimum((last_person // HOT_STRIDE) * HOT_STRIDE + 1, last_person)
+    bidder = np.where(
+        draw.chance("bidder_hot", HOT_BIDDER_SHARE), hot_bidder, _cold_person(draw, "bidder", last_person)
+    )
+    channel = np.where(
+        draw.chance("channel_hot", HOT_CHANNEL_SHARE),
+        draw.below("channel", len(HOT_CHANNELS)),
+        len(HOT_CHANNELS) + draw.below("channel", NUM_CHANNELS),
+    )
+    channel_index = pa.array(channel.astype(np.int32))
+    names, urls = _channel_tables()
+    columns = [
+        _int64(FIRST_AUCTION_ID + auction),
+        _int64(FIRST_PERSON_ID + bidder),
+        _int64(draw.price("price")),
+        names.take(channel_index),
+        urls.take(channel_index),
+        _timestamps(date_time),
+        draw.text("extra", 0, MAX_EXTRA_CHARS),
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=schema_for("bid"))
+
+
+_BUILDERS = {"person": _persons, "auction": _auctions, "bid": _bids}

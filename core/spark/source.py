@@ -1,0 +1,272 @@
+"""The "nexmark" PySpark data source: one NEXMark entity as a batch or streaming DataFrame.
+
+Why a Python data source: the events are generated inside Spark's Python workers from the same
+counter-based generator the batch reference uses, so a streaming run and the reference see identical
+events without a broker or files in between, and a micro-batch is replayable from its offsets alone.
+
+Offsets are `{"event": n}`, a global event index shared by the three entity streams. Position
+`events` (one past the last event) is the END-OF-STREAM punctuation: the partition covering it adds
+one row whose date_time is END_OF_STREAM_TIME_US and whose other columns are null. Spark only
+advances a watermark on data, so without that row the last windows would never close; the lowering
+puts `withWatermark("date_time", ...)` first and then filters `date_time < END_OF_STREAM_TIME`.
+
+Options (all strings): entity (required), events (required), seed (0), schedule (RateSchedule text,
+"10000"), pace ("none" | "arrival"), pace_origin (unix seconds of event 0's release; default: when
+the stream reader is created), max_events_per_batch (200000), events_per_partition (100000).
+When a paced query restarts from a checkpoint, pass pace_origin explicitly: otherwise the clock
+restarts and the query waits until it catches up with the checkpointed offset.
+
+The reader supports Trigger.AvailableNow (the target is fixed when Spark prepares the trigger): it
+then runs as many micro-batches as needed plus the final no-data batch that closes the windows.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
+
+from core.errors import ConfigError
+from core.nexmark.schedule import RateSchedule
+from core.nexmark.schema import check_entity, spark_ddl
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import SparkSession
+    from pyspark.sql.types import StructType
+
+    from core.nexmark.generator import GeneratorConfig
+
+SOURCE_NAME = "nexmark"
+PACES = ("none", "arrival")
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """The parsed, validated options; parsing happens once, when Spark instantiates the source."""
+
+    entity: str
+    seed: int
+    events: int
+    schedule: RateSchedule
+    pace: str = "none"
+    pace_origin: float | None = None
+    max_events_per_batch: int = 200_000
+    events_per_partition: int = 100_000
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> SourceOptions:
+        """Read the string options of `spark.read(Stream).format("nexmark").option(...)`."""
+        opts = {str(k).lower(): str(v) for k, v in options.items()}
+        if "entity" not in opts:
+            raise ConfigError(
+                "the nexmark source needs an entity option",
+                hint='add .option("entity", "person" | "auction" | "bid")',
+            )
+        if "events" not in opts:
+            raise ConfigError(
+                "the nexmark source needs an events option",
+                hint='add .option("events", N) with the number of events in all entities',
+            )
+        pace = opts.get("pace", "none").strip().lower()
+        if pace not in PACES:
+            raise ConfigError(f"unknown pace {pace!r}", hint=f"use one of {', '.join(PACES)}")
+        origin = opts.get("pace_origin")
+        parsed = cls(
+            entity=check_entity(opts["entity"].strip().lower()),
+            seed=_integer(opts, "seed", 0, minimum=0),
+            events=_integer(opts, "events", 0, minimum=0),
+            schedule=RateSchedule.parse(opts.get("schedule", "10000")),
+            pace=pace,
+            pace_origin=None if origin is None else _real(origin, "pace_origin"),
+            max_events_per_batch=_integer(opts, "max_events_per_batch", 200_000, minimum=1),
+            events_per_partition=_integer(opts, "events_per_partition", 100_000, minimum=1),
+        )
+        parsed.generator_config()  # validate the generator's own constraints up front
+        return parsed
+
+    def generator_config(self) -> GeneratorConfig:
+        from core.nexmark.generator import GeneratorConfig
+
+        return GeneratorConfig(seed=self.seed, events=self.events, schedule=self.schedule)
+
+    @property
+    def end_offset(self) -> int:
+        """One past the punctuation position: `events` real events plus the end-of-stream row."""
+        return self.events + 1
+
+
+@dataclass(frozen=True)
+class EventRange(InputPartition):
+    """Global events [start, end) of one Spark task; `punctuate` adds the end-of-stream row."""
+
+    start: int
+    end: int
+    punctuate: bool = False
+
+
+def event_ranges(start: int, end: int, step: int, events: int, punctuate: bool) -> list[EventRange]:
+    """Split [start, end) into tasks of `step` events; with `punctuate`, the one holding `events` flags it."""
+    return [
+        EventRange(lo, min(lo + step, end), punctuate and lo <= events < min(lo + step, end))
+        for lo in range(start, end, step)
+    ]
+
+
+def read_range(options: SourceOptions, partition: EventRange) -> Iterator[pa.RecordBatch]:
+    """Arrow batches of `options.entity` for one partition (imported lazily: runs on the workers)."""
+    from core.nexmark.generator import generate
+
+    batch = generate(options.generator_config(), options.entity, partition.start, partition.end)
+    if batch.num_rows:
+        yield batch
+    if partition.punctuate:
+        yield end_of_stream_batch(options.entity)
+
+
+def end_of_stream_batch(entity: str) -> pa.RecordBatch:
+    """The punctuation row: date_time = END_OF_STREAM_TIME_US, every other column null."""
+    import pyarrow as pa
+
+    from core.nexmark.schema import END_OF_STREAM_TIME_US, schema_for
+
+    schema = schema_for(entity)
+    columns = [
+        pa.array([END_OF_STREAM_TIME_US], type=f.type) if f.name == "date_time" else pa.nulls(1, type=f.type)
+        for f in schema
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+class NexmarkBatchReader(DataSourceReader):
+    """All `events` events of the entity, without the punctuation (a batch query needs no watermark)."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> Sequence[InputPartition]:
+        opts = self.options
+        return event_ranges(0, opts.events, opts.events_per_partition, opts.events, punctuate=False)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, EventRange)
+        return read_range(self.options, partition)
+
+
+class NexmarkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batches over the event index, optionally released at the schedule's wall-clock pace."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self.pace_origin = options.pace_origin if options.pace_origin is not None else time.time()
+        self._latest = 0  # highest offset handed out so far, so pacing never moves backwards
+        self._target: int | None = None  # Trigger.AvailableNow's fixed end, if any
+
+    def initialOffset(self) -> dict:
+        return {"event": 0}
+
+    def released(self) -> int:
+        """Offsets available now: all of them unpaced; paced, events due by the wall clock (+ punctuation)."""
+        opts = self.options
+        if opts.pace == "none":
+            return opts.end_offset
+        due = opts.schedule.events_by(time.time() - self.pace_origin)
+        return opts.end_offset if due >= opts.events else due
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        """End of the next micro-batch: at most max_events_per_batch past `start`, and only what is due.
+
+        `max_events_per_batch` applies even under ReadAllAvailable: it is this source's notion of a
+        micro-batch size (an input rate), not an admission-control option Spark should override.
+        """
+        first = int(start["event"])
+        end = min(
+            self.options.end_offset,
+            first + self.options.max_events_per_batch,
+            max(self.released(), self._latest),
+        )
+        if self._target is not None:
+            end = min(end, self._target)
+        if isinstance(limit, ReadMaxRows):
+            end = min(end, first + limit.max_rows)  # rows <= events, so this respects the row cap
+        end = max(end, first)
+        self._latest = max(self._latest, end)
+        return {"event": end}
+
+    def reportLatestOffset(self) -> dict:
+        return {"event": max(self.released(), self._latest)}
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = max(self.released(), self._latest)
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        opts = self.options
+        return event_ranges(
+            int(start["event"]), int(end["event"]), opts.events_per_partition, opts.events, punctuate=True
+        )
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, EventRange)
+        return read_range(self.options, partition)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to release: every range can be regenerated from its offsets."""
+
+
+class NexmarkDataSource(DataSource):
+    """`spark.read(Stream).format("nexmark")`: see the module docstring for the options."""
+
+    def __init__(self, options: dict[str, Any]) -> None:
+        super().__init__(options)
+        self.parsed = SourceOptions.parse(options)
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> str:
+        return spark_ddl(self.parsed.entity)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return NexmarkBatchReader(self.parsed)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return NexmarkStreamReader(self.parsed)
+
+
+def register(spark: SparkSession) -> None:
+    """Make `format("nexmark")` available in `spark` (idempotent)."""
+    spark.dataSource.register(NexmarkDataSource)
+
+
+def _integer(opts: Mapping[str, str], name: str, default: int, minimum: int) -> int:
+    text = opts.get(name)
+    if text is None:
+        return default
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise ConfigError(
+            f"nexmark option {name}={text!r} is not an integer",
+            hint=f'pass .option("{name}", <whole number >= {minimum}>)',
+        ) from None
+    if value < minimum:
+        raise ConfigError(
+            f"nexmark option {name}={value} is below {minimum}",
+            hint=f'pass .option("{name}", <whole number >= {minimum}>)',
+        )
+    return value
+
+
+def _real(text: str, name: str) -> float:
+    try:
+        return float(text.strip())
+    except ValueError:
+        raise ConfigError(
+            f"nexmark option {name}={text!r} is not a number",
+            hint=f'pass .option("{name}", <unix seconds, e.g. time.time()>)',
+        ) from None

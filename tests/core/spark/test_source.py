@@ -1,0 +1,282 @@
+"""The "nexmark" Spark data source: batch and streaming reads equal the generator, plus the punctuation row.
+
+The offset/pacing logic is tested directly on the reader (no JVM); the rest runs real Spark queries.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from pyspark.sql import functions as F
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+from core.errors import ConfigError
+from core.nexmark.generator import GeneratorConfig, generate
+from core.nexmark.schedule import RateSchedule
+from core.nexmark.schema import END_OF_STREAM_TIME_US, ENTITIES, schema_for
+from core.spark.source import (
+    EventRange,
+    NexmarkStreamReader,
+    SourceOptions,
+    end_of_stream_batch,
+    event_ranges,
+    read_range,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+
+def _end_of_stream() -> Any:
+    """The filter constant of the lowering (a function: Column literals need an active session)."""
+    return F.lit("2100-01-01").cast("timestamp")
+
+
+def _options(**extra: str) -> SourceOptions:
+    return SourceOptions.parse({"entity": "bid", "events": "1000", **extra})
+
+
+# ---------------------------------------------------------------------------------------------
+# Offsets, partitions and pacing, without Spark
+
+
+def test_options_defaults_and_errors() -> None:
+    opts = _options()
+    assert (opts.seed, opts.events, opts.pace, opts.max_events_per_batch, opts.events_per_partition) == (
+        0,
+        1000,
+        "none",
+        200_000,
+        100_000,
+    )
+    assert opts.schedule == RateSchedule.constant(10_000)
+    assert SourceOptions.parse({"ENTITY": "Person", "events": "5"}).entity == "person"
+    for bad in (
+        {"events": "10"},
+        {"entity": "bid"},
+        {"entity": "seller", "events": "1"},
+        {"entity": "bid", "events": "-1"},
+        {"entity": "bid", "events": "ten"},
+        {"entity": "bid", "events": "1", "pace": "fast"},
+        {"entity": "bid", "events": "1", "schedule": "0"},
+        {"entity": "bid", "events": "1", "max_events_per_batch": "0"},
+    ):
+        with pytest.raises(ConfigError) as info:
+            SourceOptions.parse(bad)
+        assert info.value.hint
+
+
+def test_partitions_flag_only_the_end_of_stream_position() -> None:
+    ranges = event_ranges(900, 1001, 64, 1000, punctuate=True)
+    assert [(r.start, r.end, r.punctuate) for r in ranges] == [(900, 964, False), (964, 1001, True)]
+    assert not any(r.punctuate for r in event_ranges(0, 1000, 64, 1000, punctuate=True))
+    assert event_ranges(5, 5, 64, 1000, punctuate=True) == []
+
+
+def test_read_range_yields_arrow_batches_and_the_punctuation() -> None:
+    opts = _options(seed="3")
+    batches = list(read_range(opts, EventRange(950, 1001, punctuate=True)))
+    expected = generate(GeneratorConfig(seed=3, events=1000), "bid", 950, 1000)
+    assert batches[0].equals(expected)
+    assert batches[-1].equals(end_of_stream_batch("bid"))
+    row = batches[-1].to_pylist()[0]
+    assert row.pop("date_time").year == 2100
+    assert set(row.values()) == {None}
+    assert batches[-1].schema.field("date_time").type == pa.timestamp("us", tz="UTC")
+
+
+def test_unpaced_offsets_advance_by_max_events_per_batch() -> None:
+    reader = NexmarkStreamReader(_options(max_events_per_batch="400"))
+    assert reader.initialOffset() == {"event": 0}
+    offsets, start = [], reader.initialOffset()
+    for _ in range(5):
+        start = reader.latestOffset(start, ReadAllAvailable())
+        offsets.append(start["event"])
+    assert offsets == [400, 800, 1001, 1001, 1001]
+    assert reader.latestOffset({"event": 0}, ReadMaxRows(10)) == {"event": 10}
+
+
+def test_paced_offsets_follow_the_wall_clock() -> None:
+    now = time.time()
+    opts = _options(pace="arrival", schedule="1000", pace_origin=str(now - 0.5))
+    reader = NexmarkStreamReader(opts)
+    first = reader.latestOffset({"event": 0}, ReadAllAvailable())["event"]
+    # About 0.5 s of events at 1000/s are due (event 0 is due at once), and never more than elapsed.
+    elapsed = time.time() - (now - 0.5)
+    assert 501 <= first <= int(elapsed * 1000) + 1
+    assert reader.latestOffset({"event": first}, ReadAllAvailable())["event"] >= first
+    # The punctuation is released only once every event is due (at 10/s, event 999 is due at 99.9 s).
+    almost = NexmarkStreamReader(_options(pace="arrival", schedule="10", pace_origin=str(now - 99.85)))
+    assert almost.latestOffset({"event": 0}, ReadAllAvailable())["event"] == 999
+    done = NexmarkStreamReader(_options(pace="arrival", schedule="10", pace_origin=str(now - 99.95)))
+    assert done.latestOffset({"event": 0}, ReadAllAvailable())["event"] == 1001
+    # A stream that has not started yet has nothing due.
+    future = NexmarkStreamReader(_options(pace="arrival", pace_origin=str(now + 60)))
+    assert future.latestOffset({"event": 0}, ReadAllAvailable())["event"] == 0
+
+
+def test_available_now_target_is_fixed_when_prepared() -> None:
+    reader = NexmarkStreamReader(
+        _options(pace="arrival", schedule="1000", pace_origin=str(time.time() - 0.2))
+    )
+    reader.prepareForTriggerAvailableNow()
+    target = reader.latestOffset({"event": 0}, ReadAllAvailable())["event"]
+    assert 200 <= target < 1000
+    time.sleep(0.05)
+    assert reader.latestOffset({"event": 0}, ReadAllAvailable())["event"] == target
+    assert reader.latestOffset({"event": target}, ReadAllAvailable())["event"] == target
+
+
+# ---------------------------------------------------------------------------------------------
+# Real Spark queries
+
+
+def _expected(entity: str, seed: int, events: int) -> list[dict[str, Any]]:
+    return generate(GeneratorConfig(seed=seed, events=events), entity, 0, events).to_pylist()
+
+
+def _rows(df: DataFrame) -> list[dict[str, Any]]:
+    """Rows as dicts, timestamps zoned UTC like the generator's, sorted by event time (unique per event)."""
+    table = df.toArrow()
+    table = table.cast(
+        pa.schema(
+            [
+                f.with_type(pa.timestamp("us", tz="UTC")) if pa.types.is_timestamp(f.type) else f
+                for f in table.schema
+            ]
+        )
+    )
+    return sorted(table.to_pylist(), key=lambda row: row["date_time"])
+
+
+def _offset(progress: Any, key: str) -> int | None:
+    raw = progress["sources"][0][key]
+    if raw is None:
+        return None
+    return int((json.loads(raw) if isinstance(raw, str) else raw)["event"])
+
+
+def _await(query: StreamingQuery, done: Any, timeout_s: float = 180) -> None:
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            if query.exception() is not None:
+                raise AssertionError(str(query.exception()))
+            progress = query.lastProgress
+            if progress is not None and done(progress):
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"stream did not finish in {timeout_s}s; last progress {query.lastProgress}")
+    finally:
+        query.stop()
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("entity", ENTITIES)
+def test_batch_read_equals_generate(spark: SparkSession, entity: str) -> None:
+    df = (
+        spark.read.format("nexmark")
+        .option("entity", entity)
+        .option("events", "2600")
+        .option("seed", "11")
+        .option("events_per_partition", "700")
+        .load()
+    )
+    assert df.rdd.getNumPartitions() == 4
+    assert [f.name for f in df.schema] == schema_for(entity).names
+    assert _rows(df) == _expected(entity, 11, 2600)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("entity", ENTITIES)
+def test_stream_read_equals_generate_plus_punctuation(spark: SparkSession, entity: str) -> None:
+    events = 1500
+    name = f"nexmark_stream_{entity}"
+    stream = (
+        spark.readStream.format("nexmark")
+        .option("entity", entity)
+        .option("events", str(events))
+        .option("seed", "5")
+        .option("max_events_per_batch", "600")
+        .option("events_per_partition", "250")
+        .load()
+    )
+    query = (
+        stream.writeStream.format("memory").queryName(name).trigger(processingTime="100 milliseconds").start()
+    )
+    _await(query, lambda p: _offset(p, "endOffset") == events + 1)
+    batches = [p for p in query.recentProgress if p["numInputRows"] > 0]
+    assert len(batches) == 3  # 600 + 600 + 301 offsets
+    out = spark.table(name)
+    punctuation = out.filter(F.col("date_time") >= _end_of_stream()).collect()
+    assert len(punctuation) == 1
+    row = punctuation[0].asDict()
+    assert row.pop("date_time").timestamp() == END_OF_STREAM_TIME_US / 1e6
+    assert set(row.values()) == {None}
+    assert _rows(out.filter(F.col("date_time") < _end_of_stream())) == _expected(entity, 5, events)
+
+
+@pytest.mark.spark
+def test_stream_to_parquet_round_trips_timestamps(spark: SparkSession, tmp_path: Any) -> None:
+    stream = (
+        spark.readStream.format("nexmark")
+        .option("entity", "auction")
+        .option("events", "800")
+        .option("seed", "2")
+        .load()
+    )
+    query = (
+        stream.writeStream.format("parquet")
+        .option("path", str(tmp_path / "out"))
+        .option("checkpointLocation", str(tmp_path / "chk"))
+        .trigger(processingTime="100 milliseconds")
+        .start()
+    )
+    _await(query, lambda p: _offset(p, "endOffset") == 801)
+    out = spark.read.parquet(str(tmp_path / "out"))
+    assert out.count() == 48 + 1
+    assert _rows(out.filter(F.col("date_time") < _end_of_stream())) == _expected("auction", 2, 800)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("trigger", [{"processingTime": "100 milliseconds"}, {"availableNow": True}])
+def test_punctuation_closes_every_window(spark: SparkSession, trigger: dict[str, Any]) -> None:
+    """The lowering's pattern: watermark on date_time, drop the punctuation, then a windowed count."""
+    events = 24_000  # 2.4 s of events at the default 10,000/s
+    stream = (
+        spark.readStream.format("nexmark")
+        .option("entity", "bid")
+        .option("events", str(events))
+        .option("max_events_per_batch", "10000")
+        .load()
+    )
+    counts = (
+        stream.withWatermark("date_time", "0 seconds")
+        .filter(F.col("date_time") < _end_of_stream())
+        .groupBy(F.window("date_time", "500 milliseconds"))
+        .count()
+        .select(F.col("window.start").alias("start"), "count")
+    )
+    name = "nexmark_windows_" + "_".join(trigger)
+    query = (
+        counts.writeStream.format("memory").queryName(name).outputMode("append").trigger(**trigger).start()
+    )
+    if "availableNow" in trigger:
+        assert query.awaitTermination(180)  # the trigger ends the query on its own ...
+        assert query.exception() is None
+        # ... after a final no-data batch that runs with the end-of-stream watermark.
+        assert query.lastProgress["numInputRows"] == 0
+        assert query.lastProgress["eventTime"]["watermark"].startswith("2100-01-01")
+    else:
+        _await(query, lambda p: p["eventTime"].get("watermark", "").startswith("2100-01-01"))
+    got = {row["start"].timestamp(): row["count"] for row in spark.table(name).collect()}
+    times = generate(GeneratorConfig(seed=0, events=events), "bid", 0, events)["date_time"].to_numpy()
+    starts, sizes = np.unique(times.astype("datetime64[us]").astype(np.int64) // 500_000, return_counts=True)
+    assert got == {start * 0.5: int(size) for start, size in zip(starts, sizes, strict=True)}
+    assert len(got) == 5 and END_OF_STREAM_TIME_US // 500_000 * 0.5 not in got
