@@ -1,1 +1,1 @@
-"""Sponge on Spark core: query API, logical DAG, compile-time rewriting, NEXMark, Spark lowering and the CLI."""
+"""Sponge on Spark core: query API, logical DAG, rewriting, NEXMark, Spark lowering, CLI."""

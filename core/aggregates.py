@@ -59,21 +59,49 @@ _SAME = lambda t: t  # noqa: E731 - result type equals the argument type
 AGGREGATES: dict[str, AggregateFn] = {
     a.name: a
     for a in (
-        AggregateFn("count", False, lambda: 0, lambda s, _: s + 1, lambda a, b: a + b, lambda s: s,
-                    lambda _: DType.INT64),
-        AggregateFn("sum", True, lambda: None, _opt(lambda a, b: a + b), _opt(lambda a, b: a + b),
-                    lambda s: s, _SAME),
+        AggregateFn(
+            "count",
+            False,
+            lambda: 0,
+            lambda s, _: s + 1,
+            lambda a, b: a + b,
+            lambda s: s,
+            lambda _: DType.INT64,
+        ),
+        AggregateFn(
+            "sum", True, lambda: None, _opt(lambda a, b: a + b), _opt(lambda a, b: a + b), lambda s: s, _SAME
+        ),
         AggregateFn("min", True, lambda: None, _opt(min), _opt(min), lambda s: s, _SAME),
         AggregateFn("max", True, lambda: None, _opt(max), _opt(max), lambda s: s, _SAME),
-        AggregateFn("avg", True, lambda: (0, 0), lambda s, x: (s[0] + x, s[1] + 1),
-                    lambda a, b: (a[0] + b[0], a[1] + b[1]),
-                    lambda s: s[0] / s[1] if s[1] else None, lambda _: DType.FLOAT64),
+        AggregateFn(
+            "avg",
+            True,
+            lambda: (0, 0),
+            lambda s, x: (s[0] + x, s[1] + 1),
+            lambda a, b: (a[0] + b[0], a[1] + b[1]),
+            lambda s: s[0] / s[1] if s[1] else None,
+            lambda _: DType.FLOAT64,
+        ),
         # Keeps the records behind the maximum, ties kept (Q7); merge keeps the larger side.
-        AggregateFn("max_with_ties", True, lambda: (None, []), _max_with_ties_add, _max_with_ties_merge,
-                    lambda s: s[1], lambda _: DType.RECORDS),
+        AggregateFn(
+            "max_with_ties",
+            True,
+            lambda: (None, []),
+            _max_with_ties_add,
+            _max_with_ties_merge,
+            lambda s: s[1],
+            lambda _: DType.RECORDS,
+        ),
         # The n latest records by an ordering (Q6); merge keeps the n latest of both sides.
-        AggregateFn("latest_n", False, lambda: [], lambda s, x: [*s, x], lambda a, b: a + b,
-                    lambda s: s, lambda _: DType.RECORDS),
+        AggregateFn(
+            "latest_n",
+            False,
+            lambda: [],
+            lambda s, x: [*s, x],
+            lambda a, b: a + b,
+            lambda s: s,
+            lambda _: DType.RECORDS,
+        ),
     )
 }
 

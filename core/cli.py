@@ -18,7 +18,7 @@ from rich.console import Console
 from core.errors import ConfigError, SpongeError
 
 app = typer.Typer(
-    help="Sponge on Spark: keep Spark Structured Streaming fast through bursts by offloading to Lambda workers.",
+    help="Sponge on Spark: keep Spark streaming jobs fast through bursts by offloading to Lambda workers.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
@@ -34,22 +34,29 @@ SeedOpt = Annotated[int, typer.Option("--seed", "-s", min=0, help="Generator see
 RateOpt = Annotated[
     float | None,
     typer.Option(
-        "--rate", min=0.001,
+        "--rate",
+        min=0.001,
         help="Events per second of the generated schedule. Event times follow it, and `run` releases "
         "events at that pace. Without it, event times advance at 10,000/s and `run` reads as fast as it can.",
     ),
 ]
-OutputOpt = Annotated[Path, typer.Option("--output", "-o", help="Directory for Parquet results + summary.json.")]
+OutputOpt = Annotated[
+    Path, typer.Option("--output", "-o", help="Directory for Parquet results + summary.json.")
+]
 WindowOpt = Annotated[int, typer.Option("--window-size", min=1, help="Window size in seconds.")]
-SlideOpt = Annotated[int, typer.Option("--window-slide", min=1, help="Slide of sliding windows (Q5), seconds.")]
+SlideOpt = Annotated[
+    int, typer.Option("--window-slide", min=1, help="Slide of sliding windows (Q5), seconds.")
+]
 
 
 @app.callback()
-def _root(debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks of unexpected failures.")] = False):
+def _root(
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks of unexpected failures.")] = False,
+):
     _debug["on"] = debug
 
 
-def _generator(events: int, seed: int, rate: float | None):  # noqa: ANN202
+def _generator(events: int, seed: int, rate: float | None):
     from core.nexmark.generator import GeneratorConfig
     from core.nexmark.schedule import RateSchedule
 
@@ -57,7 +64,7 @@ def _generator(events: int, seed: int, rate: float | None):  # noqa: ANN202
     return GeneratorConfig(seed=seed, events=events, schedule=schedule)
 
 
-def _params(window_size: int, window_slide: int):  # noqa: ANN202
+def _params(window_size: int, window_slide: int):
     from core.nexmark.params import QueryParams
 
     return QueryParams(window_size_s=window_size, window_slide_s=min(window_slide, window_size))
@@ -75,7 +82,9 @@ def queries() -> None:
 @app.command(name="compile")
 def compile_(
     query: QueryArg,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the logical and rewritten DAGs as JSON.")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the logical and rewritten DAGs as JSON.")
+    ] = False,
 ) -> None:
     """Compile a query: its logical DAG and the DAG after operator insertion (TOs, ROs, MOs)."""
     from core.nexmark.queries import get_query
@@ -125,9 +134,12 @@ def run(
     )
     _check_query(query)
     with err.status(f"streaming {events:,} events through {query} ...") as status:
-        summary = run_query(config, progress=lambda p: status.update(
-            f"{query}: epoch {p['batchId']}, {p['numInputRows']:,} records in the last epoch"
-        ))
+        summary = run_query(
+            config,
+            progress=lambda p: status.update(
+                f"{query}: epoch {p['batchId']}, {p['numInputRows']:,} records in the last epoch"
+            ),
+        )
     out.print(json.dumps(summary, indent=2))
 
 
@@ -145,7 +157,9 @@ def reference(
     from core.nexmark.reference import write_reference
 
     _check_query(query)
-    summary = write_reference(query, _generator(events, seed, rate), _params(window_size, window_slide), output)
+    summary = write_reference(
+        query, _generator(events, seed, rate), _params(window_size, window_slide), output
+    )
     out.print(json.dumps(summary, indent=2))
 
 
@@ -171,16 +185,20 @@ def drill(
     from core.spark.runner import RunConfig, run_query
 
     _check_query(query)
-    out.print(f"[bold]sponge drill[/bold]: burst drills arrive with the policy loop; running {query} end to end "
-              f"on {events:,} events instead and checking it against the batch reference.")
+    out.print(
+        f"[bold]sponge drill[/bold]: burst drills arrive with the policy loop; running {query} end to end "
+        f"on {events:,} events instead and checking it against the batch reference."
+    )
     gen = _generator(events, seed, None)
     with err.status(f"streaming {query} ..."):
         summary = run_query(RunConfig(query=query, generator=gen, output=report / query))
     t = time.time()
     diff = diff_results(read_results(report / query), reference_for(query, gen, _params(10, 2)))
     out.print(json.dumps(summary, indent=2))
-    out.print(f"reference computed in {time.time() - t:.1f}s; streamed output "
-              + ("[green]equals the reference[/green]" if diff is None else f"[red]differs[/red]: {diff}"))
+    out.print(
+        f"reference computed in {time.time() - t:.1f}s; streamed output "
+        + ("[green]equals the reference[/green]" if diff is None else f"[red]differs[/red]: {diff}")
+    )
     if diff is not None:
         raise typer.Exit(1)
 
@@ -209,8 +227,11 @@ def main() -> None:
     except Exception as e:
         if _debug["on"]:
             raise
-        err.print(f"error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} "
-                  "(rerun with `sponge --debug ...` for the traceback)", markup=False)
+        err.print(
+            f"error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} "
+            "(rerun with `sponge --debug ...` for the traceback)",
+            markup=False,
+        )
         sys.exit(1)
 
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 from core.errors import PlanError
 
 
-class DType(str, Enum):
+class DType(StrEnum):
     INT64 = "int64"
     FLOAT64 = "float64"
     STRING = "string"

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 from core.errors import PlanError
 from core.expr import DType, Expr
 
 
-class Comm(str, Enum):
+class Comm(StrEnum):
     """How records travel along an edge between the parallel tasks of two operators."""
 
     ONE_TO_ONE = "one_to_one"

@@ -161,7 +161,11 @@ class Stream:
         if condition is not None and condition.dtype(schema) != DType.BOOL:
             raise PlanError("join condition must be boolean")
         op = WindowJoin(
-            self._op.keys, other._op.keys, window, right_on, condition  # type: ignore[attr-defined]
+            self._op.keys,
+            other._op.keys,
+            window,
+            right_on,
+            condition,  # type: ignore[attr-defined]
         )
         return self.builder._add(op, [(self, Comm.SHUFFLE), (other, Comm.SHUFFLE)], schema)
 

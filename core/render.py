@@ -29,8 +29,12 @@ def render_logical(plan: LogicalPlan) -> Group:
 
 
 def render_rewritten(plan: RewrittenPlan) -> Group:
-    lines = [Text(f"{plan.logical.name}: after operator insertion ({plan.rewrite_ms:.2f} ms)",
-                  style="bold underline")]
+    lines = [
+        Text(
+            f"{plan.logical.name}: after operator insertion ({plan.rewrite_ms:.2f} ms)",
+            style="bold underline",
+        )
+    ]
     width = max(len(n.id) for n in plan.nodes)
     for n in plan.nodes:
         feeds = _feeds([(e.dst, e.comm.value) for e in plan.edges if e.src == n.id])
@@ -38,6 +42,10 @@ def render_rewritten(plan: RewrittenPlan) -> Group:
         line.append(f"{n.id:<{width}}", style=_STYLE[n.kind])
         line.append(f"  {n.kind.value:<9} {feeds}")
         lines.append(line)
-    lines.append(Text("  VM: originals, routers (RO), merges (MO); SF: transient operators (TO) on Lambda.  "
-                      + LEGEND, style="dim"))
+    lines.append(
+        Text(
+            "  VM: originals, routers (RO), merges (MO); SF: transient operators (TO) on Lambda.  " + LEGEND,
+            style="dim",
+        )
+    )
     return Group(*lines)

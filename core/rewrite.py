@@ -20,19 +20,19 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 from core.plan import Comm, Edge, LogicalPlan, Node
 
 
-class Kind(str, Enum):
+class Kind(StrEnum):
     ORIGINAL = "original"
     ROUTER = "router"
     TRANSIENT = "transient"
     MERGE = "merge"
 
 
-class Placement(str, Enum):
+class Placement(StrEnum):
     VM = "vm"
     SF = "sf"
 

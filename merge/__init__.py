@@ -1,1 +1,1 @@
-"""Merge operators: fold Lambda workers' partial states into Spark's state exactly once per epoch (issue 3)."""
+"""Merge operators: fold Lambda workers' partial states into Spark's state once per epoch (issue 3)."""

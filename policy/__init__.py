@@ -1,1 +1,1 @@
-"""Monitoring and offloading policy loop: CPU, input rate and backlog decide the Lambda fleet size (issue 4)."""
+"""Monitoring and offloading policy loop: CPU, input rate and backlog size the Lambda fleet (issue 4)."""

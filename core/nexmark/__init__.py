@@ -1,1 +1,1 @@
-"""NEXMark: deterministic event generator, the queries Q0-Q8 in our API, and an independent batch reference."""
+"""NEXMark: deterministic event generator, Q0-Q8 in our API, an independent batch reference."""

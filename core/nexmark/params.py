@@ -17,7 +17,7 @@ class QueryParams:
     def __post_init__(self) -> None:
         if self.window_size_s <= 0 or self.window_slide_s <= 0:
             raise ConfigError(
-                f"window size and slide must be positive seconds, got {self.window_size_s}/{self.window_slide_s}",
+                f"window size and slide must be positive, got {self.window_size_s}s/{self.window_slide_s}s",
                 hint="pass --window-size and --window-slide as positive integers",
             )
         if self.window_size_s % self.window_slide_s:

@@ -79,8 +79,14 @@ def _winning_bids(q: QueryBuilder, p: QueryParams) -> Stream:
     """Q4/Q6: the highest bid at or above the reserve, before expiry, within the auction's window."""
     auctions = (
         q.source("auction", entity_columns("auction"))
-        .map(a_id=col("id"), seller=col("seller"), category=col("category"), reserve=col("reserve"),
-             a_date_time=col("date_time"), expires=col("expires"))
+        .map(
+            a_id=col("id"),
+            seller=col("seller"),
+            category=col("category"),
+            reserve=col("reserve"),
+            a_date_time=col("date_time"),
+            expires=col("expires"),
+        )
         .key_by("a_id")
     )
     bids = (
@@ -117,9 +123,15 @@ def q5(p: QueryParams) -> QueryBuilder:
 
 def q6(p: QueryParams) -> QueryBuilder:
     q = QueryBuilder("q6")
-    latest = _winning_bids(q, p).key_by("window", "seller").window_aggregate(
-        None,
-        recent=agg("latest_n", fields=("a_date_time", "a_id", "final"), n=10, order_by=("a_date_time", "a_id")),
+    latest = (
+        _winning_bids(q, p)
+        .key_by("window", "seller")
+        .window_aggregate(
+            None,
+            recent=agg(
+                "latest_n", fields=("a_date_time", "a_id", "final"), n=10, order_by=("a_date_time", "a_id")
+            ),
+        )
     )
     latest.flat_map("recent").key_by("window", "seller").window_aggregate(
         None, avg_price=agg("avg", col("final"))
@@ -186,5 +198,7 @@ QUERIES: dict[str, QueryInfo] = {
 def get_query(name: str) -> QueryInfo:
     key = name.lower()
     if key not in QUERIES:
-        raise ConfigError(f"unknown query {name!r}", hint=f"choose one of {', '.join(QUERIES)} (sponge queries)")
+        raise ConfigError(
+            f"unknown query {name!r}", hint=f"choose one of {', '.join(QUERIES)} (sponge queries)"
+        )
     return QUERIES[key]

@@ -88,7 +88,8 @@ def _trims(df: DataFrame, calls: list[AggCall]) -> DataFrame:
     """
     for call in calls:
         c = F.col(call.out)
-        strip = lambda x: F.struct(*[x[f].alias(f) for f in call.fields])  # noqa: E731
+        fields = call.fields
+        strip = lambda x, fields=fields: F.struct(*[x[f].alias(f) for f in fields])  # noqa: E731
         if call.fn == "max_with_ties":
             df = df.withColumn("_best", F.array_max(F.transform(c, lambda x: x["_v"])))
             df = df.withColumn(call.out, F.transform(F.filter(c, lambda x: x["_v"] == F.col("_best")), strip))
@@ -116,13 +117,18 @@ def _sliding_by_panes(df: DataFrame, op: WindowAggregate, keys: list[Column]) ->
     pane_aggs, window_aggs = [], []
     for a in op.aggs:
         if a.fn == "avg":
-            pane_aggs += [F.sum(to_spark(a.arg)).alias(f"_{a.out}_s"), F.count(to_spark(a.arg)).alias(f"_{a.out}_n")]
+            pane_aggs += [
+                F.sum(to_spark(a.arg)).alias(f"_{a.out}_s"),
+                F.count(to_spark(a.arg)).alias(f"_{a.out}_n"),
+            ]
             window_aggs.append((F.sum(f"_{a.out}_s") / F.sum(f"_{a.out}_n")).alias(a.out))
         elif a.fn in _PANE_PARTIAL:
             pane_aggs.append(_agg_expr(a).alias(a.out))
             window_aggs.append(getattr(F, _PANE_PARTIAL[a.fn])(F.col(a.out)).alias(a.out))
         else:
-            raise PlanError(f"aggregate {a.fn} is not supported on sliding windows", hint="use a tumbling window")
+            raise PlanError(
+                f"aggregate {a.fn} is not supported on sliding windows", hint="use a tumbling window"
+            )
     pane = F.window(F.col(op.window.on), _secs(op.window.slide_s)).alias("_pane")
     panes = df.groupBy(pane, *keys).agg(*pane_aggs)
     window = F.window(F.window_time("_pane"), _secs(op.window.size_s), _secs(op.window.slide_s))
@@ -230,6 +236,7 @@ def lower_rewritten(plan: RewrittenPlan, sources: SourceFactory) -> dict[str, Da
     vm_nodes = {n.id: n for n in plan.nodes if n.placement == Placement.VM}
     order = [n.id for n in plan.logical.topological_order()]
     pending = [nid for nid in vm_nodes if nid not in order]
+
     # Visit VM nodes so that every input is ready: originals in topological order, proxies on demand.
     def frame(node_id: str) -> DataFrame:
         if node_id in frames:

@@ -29,7 +29,7 @@ class RunConfig:
     query: str
     generator: GeneratorConfig
     output: Path
-    params: QueryParams = QueryParams()
+    params: QueryParams = field(default_factory=QueryParams)
     pace: bool = False
     max_events_per_batch: int = 200_000
     spark: SparkConfig = field(default_factory=SparkConfig)
@@ -41,12 +41,12 @@ class RunConfig:
             raise ConfigError("max events per batch must be positive", hint="pass a positive --batch-events")
 
 
-def nexmark_sources(spark, config: RunConfig, pace_origin: float) -> Callable[[Source], object]:  # noqa: ANN001
+def nexmark_sources(spark, config: RunConfig, pace_origin: float) -> Callable[[Source], object]:
     from pyspark.sql import functions as F
 
     gen = config.generator
 
-    def make(src: Source):  # noqa: ANN202
+    def make(src: Source):
         df = (
             spark.readStream.format("nexmark")
             .option("entity", src.entity)
@@ -108,8 +108,10 @@ def run_query(config: RunConfig, progress: Callable[[dict], None] | None = None)
                 if progress:
                     progress(p)
         last = query.lastProgress
-        return bool(last) and len(last["sources"]) == n_sources and all(
-            json.loads(s["endOffset"] or "{}").get("event", 0) >= total for s in last["sources"]
+        return (
+            bool(last)
+            and len(last["sources"]) == n_sources
+            and all(json.loads(s["endOffset"] or "{}").get("event", 0) >= total for s in last["sources"])
         )
 
     try:
@@ -117,8 +119,10 @@ def run_query(config: RunConfig, progress: Callable[[dict], None] | None = None)
             if query.exception() is not None:
                 raise SpongeError(f"the streaming query failed: {str(query.exception()).splitlines()[0]}")
             if time.time() - started > config.timeout_s:
-                raise SpongeError(f"the query did not finish in {config.timeout_s:.0f}s",
-                                  hint="raise the timeout or lower --events")
+                raise SpongeError(
+                    f"the query did not finish in {config.timeout_s:.0f}s",
+                    hint="raise the timeout or lower --events",
+                )
             time.sleep(0.05)
         # Runs the no-data epoch that applies the end-of-stream watermark and closes the last windows.
         query.processAllAvailable()

@@ -25,19 +25,23 @@ class SparkConfig:
 
 def check_java() -> str:
     """Return the Java version string, or fail with a message that says how to install Java."""
-    java = shutil.which("java", path=os.path.join(os.environ.get("JAVA_HOME", ""), "bin") + os.pathsep
-                        + os.environ.get("PATH", ""))
+    java = shutil.which(
+        "java",
+        path=os.path.join(os.environ.get("JAVA_HOME", ""), "bin") + os.pathsep + os.environ.get("PATH", ""),
+    )
     hint = "install a JDK 17 or newer (Debian: apt-get install openjdk-17-jre-headless) or set JAVA_HOME"
     if java is None:
         raise MissingDependencyError("Java was not found; Spark needs it", hint=hint)
     out = subprocess.run([java, "-version"], capture_output=True, text=True, check=False).stderr
     m = re.search(r'version "(\d+)', out)
     if not m or int(m.group(1)) < MIN_JAVA:
-        raise MissingDependencyError(f"Spark needs Java {MIN_JAVA}+, found: {out.splitlines()[:1]}", hint=hint)
+        raise MissingDependencyError(
+            f"Spark needs Java {MIN_JAVA}+, found: {out.splitlines()[:1]}", hint=hint
+        )
     return m.group(1)
 
 
-def spark_session(config: SparkConfig = SparkConfig()):  # noqa: ANN201 - pyspark type imported lazily
+def spark_session(config: SparkConfig = SparkConfig()):
     check_java()
     # Python workers must run the interpreter that has the project installed.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

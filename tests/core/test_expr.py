@@ -82,7 +82,7 @@ def test_remainder_takes_the_dividends_sign() -> None:
 
 
 @pytest.mark.spark
-def test_spark_and_polars_agree_on_random_expressions(spark) -> None:  # noqa: ANN001
+def test_spark_and_polars_agree_on_random_expressions(spark) -> None:
     from core.spark.expr_spark import to_spark
 
     rng = random.Random(2026)
@@ -91,7 +91,9 @@ def test_spark_and_polars_agree_on_random_expressions(spark) -> None:  # noqa: A
         e.dtype(SCHEMA)  # every generated expression type-checks
     data = _rows()
     by_polars = pl.DataFrame(data).select([to_polars(e).alias(f"e{i}") for i, e in enumerate(exprs)])
-    sdf = spark.createDataFrame(list(zip(*data.values(), strict=True)), "a long, b long, f double, s string, t boolean")
+    sdf = spark.createDataFrame(
+        list(zip(*data.values(), strict=True)), "a long, b long, f double, s string, t boolean"
+    )
     by_spark = sdf.select([to_spark(e).alias(f"e{i}") for i, e in enumerate(exprs)]).collect()
     mismatches = []
     for i, e in enumerate(exprs):

@@ -93,8 +93,13 @@ def check_rules(plan: LogicalPlan, r: RewrittenPlan) -> None:
         u, v = plan.node(e.src), plan.node(e.dst)
         up = merge_id(u.id) if u.op.stateful else u.id
         t_v = transient_id(v.id) if v.op.processes_records else None
-        routers = [x for x in r.nodes if x.kind == Kind.ROUTER and (up, x.id, e.comm, 0) in edges
-                   and (x.id, v.id, Comm.ONE_TO_ONE, e.port) in edges]
+        routers = [
+            x
+            for x in r.nodes
+            if x.kind == Kind.ROUTER
+            and (up, x.id, e.comm, 0) in edges
+            and (x.id, v.id, Comm.ONE_TO_ONE, e.port) in edges
+        ]
         if e.comm != Comm.ONE_TO_ONE:
             # Rule 2: every shuffle or broadcast edge passes through exactly one RO on the VM.
             assert len(routers) == 1, f"{e} has no router"
@@ -173,7 +178,10 @@ def test_a_broken_rewrite_is_caught() -> None:
     broken = RewrittenPlan(
         plan,
         tuple(n for n in r.nodes if n.id != ro.id),
-        tuple(e for e in r.edges if ro.id not in (e.src, e.dst)) + (Edge("key_by2", "window_aggregate3", Comm.SHUFFLE),),
+        (
+            *tuple(e for e in r.edges if ro.id not in (e.src, e.dst)),
+            Edge("key_by2", "window_aggregate3", Comm.SHUFFLE),
+        ),
         r.rewrite_ms,
     )
     try:

@@ -24,11 +24,12 @@ EVENTS = 24_000
 
 @pytest.mark.parametrize("seed", [1, 2])
 @pytest.mark.parametrize("query", list(QUERIES))
-def test_streamed_output_equals_batch_reference(spark, tmp_path: Path, query: str, seed: int) -> None:  # noqa: ANN001
+def test_streamed_output_equals_batch_reference(spark, tmp_path: Path, query: str, seed: int) -> None:
     gen = GeneratorConfig(seed=seed, events=EVENTS, schedule=RateSchedule.constant(2_000))
     # Small epochs so that windows, joins and state span several micro-batches.
-    config = RunConfig(query=query, generator=gen, output=tmp_path / "out", params=PARAMS,
-                       max_events_per_batch=5_000)
+    config = RunConfig(
+        query=query, generator=gen, output=tmp_path / "out", params=PARAMS, max_events_per_batch=5_000
+    )
     summary = run_query(config)
     expected = reference_for(query, gen, PARAMS)
     actual = read_results(tmp_path / "out")
