@@ -211,7 +211,7 @@ def _check_query(name: str) -> None:
 
 def main() -> None:
     try:
-        rc = app(standalone_mode=False)
+        rc = app(standalone_mode=False, prog_name="sponge")
         sys.exit(rc if isinstance(rc, int) else 0)
     except SpongeError as e:
         err.print(f"error: {e.one_line()}", markup=False)
