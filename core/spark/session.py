@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from core.errors import MissingDependencyError
 
@@ -51,8 +52,10 @@ def spark_session(config: SparkConfig = SparkConfig()):
 
     from core.spark.source import register
 
+    log_config = Path(__file__).with_name("log4j2.properties")
     spark = (
         SparkSession.builder.master(config.master)
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile={log_config}")
         .appName(config.app_name)
         .config("spark.sql.shuffle.partitions", str(config.shuffle_partitions))
         .config("spark.ui.enabled", "false")
