@@ -80,6 +80,11 @@ def _agg_expr(call: AggCall) -> Column:
     raise PlanError(f"no Spark lowering for aggregate {call.fn!r}")
 
 
+def _keep_fields(fields: tuple[str, ...]) -> Callable[[Column], Column]:
+    """A one-argument lambda for F.transform (a second argument would receive the element index)."""
+    return lambda x: F.struct(*[x[f].alias(f) for f in fields])
+
+
 def _trims(df: DataFrame, calls: list[AggCall]) -> DataFrame:
     """The stateless step after the aggregation that turns collected structs into the result.
 
@@ -88,8 +93,7 @@ def _trims(df: DataFrame, calls: list[AggCall]) -> DataFrame:
     """
     for call in calls:
         c = F.col(call.out)
-        fields = call.fields
-        strip = lambda x, fields=fields: F.struct(*[x[f].alias(f) for f in fields])  # noqa: E731
+        strip = _keep_fields(call.fields)
         if call.fn == "max_with_ties":
             df = df.withColumn("_best", F.array_max(F.transform(c, lambda x: x["_v"])))
             df = df.withColumn(call.out, F.transform(F.filter(c, lambda x: x["_v"] == F.col("_best")), strip))
