@@ -118,8 +118,17 @@ def run(
     window_slide: SlideOpt = 2,
     batch_events: Annotated[int, typer.Option(min=1, help="Most events per micro-batch (epoch).")] = 200_000,
     master: Annotated[str, typer.Option(help="Spark master URL for the VM side.")] = "local[2]",
+    input_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--input", "-i", file_okay=False,
+            help="Read events from DIR/{person,auction,bid}/*.jsonl instead of generating them (--events "
+            "and --seed are then unused, --rate is refused). Bad lines go to OUTPUT/dead_letter and are "
+            "counted in summary.json.",
+        ),
+    ] = None,
 ) -> None:
-    """Stream EVENTS generated NEXMark events through QUERY on Spark Structured Streaming."""
+    """Stream EVENTS generated NEXMark events (or the JSONL events of --input) through QUERY on Spark."""
     from core.spark.runner import RunConfig, run_query
     from core.spark.session import SparkConfig
 
@@ -131,9 +140,11 @@ def run(
         pace=rate is not None,
         max_events_per_batch=batch_events,
         spark=SparkConfig(master=master),
+        input=input_dir,
     )
     _check_query(query)
-    with err.status(f"streaming {events:,} events through {query} ...") as status:
+    what = f"the events of {input_dir}" if input_dir is not None else f"{events:,} events"
+    with err.status(f"streaming {what} through {query} ...") as status:
         summary = run_query(
             config,
             progress=lambda p: status.update(

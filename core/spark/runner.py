@@ -2,6 +2,10 @@
 
 The source ends with an end-of-stream punctuation whose event time closes every window; the run is
 over once Spark reports that watermark, i.e. once the batch that applied it has committed.
+
+With `input` set, events come from `input/<entity>/*.jsonl` (the bounded "nexmark-files" source)
+instead of the generator; lines that fail validation go to `output/dead_letter/` and are counted in
+summary.json, and the run keeps going.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from core.rewrite import rewrite
 from core.spark.session import SparkConfig, spark_session
 
 EOS_TIME = "2100-01-01"  # core.nexmark.schema.END_OF_STREAM_TIME_US as a Spark literal
+DEAD_LETTER_DIR = "dead_letter"  # under the output directory, next to the results
 
 
 @dataclass(frozen=True)
@@ -35,10 +40,18 @@ class RunConfig:
     spark: SparkConfig = field(default_factory=SparkConfig)
     plain: bool = False  # lower without proxies (bench baseline)
     timeout_s: float = 1800.0
+    input: Path | None = None  # read input/<entity>/*.jsonl instead of generating events
 
     def __post_init__(self) -> None:
         if self.max_events_per_batch <= 0:
             raise ConfigError("max events per batch must be positive", hint="pass a positive --batch-events")
+        if self.input is not None and self.pace:
+            raise ConfigError("--rate paces generated events only", hint="drop --rate when using --input")
+        if self.input is not None and self.input.resolve().is_relative_to(self.output.resolve()):
+            raise ConfigError(
+                f"the output {self.output} contains the input {self.input}; a run clears its output first",
+                hint="pass an --output outside the --input directory",
+            )
 
 
 def nexmark_sources(spark, config: RunConfig, pace_origin: float) -> Callable[[Source], object]:
@@ -47,17 +60,27 @@ def nexmark_sources(spark, config: RunConfig, pace_origin: float) -> Callable[[S
     gen = config.generator
 
     def make(src: Source):
-        df = (
-            spark.readStream.format("nexmark")
-            .option("entity", src.entity)
-            .option("seed", str(gen.seed))
-            .option("events", str(gen.events))
-            .option("schedule", gen.schedule.text())
-            .option("pace", "arrival" if config.pace else "none")
-            .option("pace_origin", repr(pace_origin))
-            .option("max_events_per_batch", str(config.max_events_per_batch))
-            .load()
-        )
+        if config.input is not None:
+            df = (
+                spark.readStream.format("nexmark-files")
+                .option("path", str(config.input))
+                .option("entity", src.entity)
+                .option("dead_letter", str(config.output / DEAD_LETTER_DIR))
+                .option("bounded", "true")
+                .load()
+            )
+        else:
+            df = (
+                spark.readStream.format("nexmark")
+                .option("entity", src.entity)
+                .option("seed", str(gen.seed))
+                .option("events", str(gen.events))
+                .option("schedule", gen.schedule.text())
+                .option("pace", "arrival" if config.pace else "none")
+                .option("pace_origin", repr(pace_origin))
+                .option("max_events_per_batch", str(config.max_events_per_batch))
+                .load()
+            )
         # The punctuation row must reach the watermark operator before it is dropped. Spark pushes
         # predicates that do not mention the event-time column below the watermark (join keys'
         # inferred not-null checks, a query's own filters), which would drop the punctuation early:
@@ -73,16 +96,21 @@ def nexmark_sources(spark, config: RunConfig, pace_origin: float) -> Callable[[S
 
 def run_query(config: RunConfig, progress: Callable[[dict], None] | None = None) -> dict:
     """Stream the query to completion, write Parquet results and summary.json; return the summary."""
+    from core.spark.file_source import dead_letter_summary, require_entity_dirs
+    from core.spark.file_source import register as register_file_source
     from core.spark.lower import lower_plain, lower_rewritten
 
     info = get_query(config.query)
     logical = info.plan(config.params)
     rewritten = rewrite(logical)
+    if config.input is not None:
+        require_entity_dirs(config.input, [n.op.entity for n in logical.nodes if isinstance(n.op, Source)])
     out = config.output
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
     spark = spark_session(config.spark)
+    register_file_source(spark)
     started = time.time()
     sources = nexmark_sources(spark, config, pace_origin=started)
     sinks = lower_plain(logical, sources) if config.plain else lower_rewritten(rewritten, sources)
@@ -100,6 +128,15 @@ def run_query(config: RunConfig, progress: Callable[[dict], None] | None = None)
     n_sources = len([n for n in logical.nodes if isinstance(n.op, Source)])
     seen: dict[int, dict] = {}
 
+    def at_end(source: dict) -> bool:
+        """The source has delivered its punctuation: the generator's last offset is `events + 1`; a
+        bounded file source reports its last one (file count + 1) as latestOffset."""
+        end = json.loads(source["endOffset"] or "{}")
+        if "files" in end:
+            latest = json.loads(source.get("latestOffset") or "{}")
+            return "files" in latest and end["files"] >= latest["files"]
+        return end.get("event", 0) >= total
+
     def collect() -> bool:
         """Record new epochs; True once every source has committed its last offset."""
         for p in query.recentProgress:
@@ -111,7 +148,7 @@ def run_query(config: RunConfig, progress: Callable[[dict], None] | None = None)
         return (
             bool(last)
             and len(last["sources"]) == n_sources
-            and all(json.loads(s["endOffset"] or "{}").get("event", 0) >= total for s in last["sources"])
+            and all(at_end(s) for s in last["sources"])
         )
 
     try:
@@ -132,18 +169,22 @@ def run_query(config: RunConfig, progress: Callable[[dict], None] | None = None)
     records_in = sum(p["numInputRows"] for p in seen.values()) - n_sources  # minus the punctuation rows
     epochs = len(seen)
     wall_s = time.time() - started
+    events = records_in if config.input is not None else config.generator.events
     summary = {
         "query": config.query,
-        "events": config.generator.events,
-        "seed": config.generator.seed,
+        "events": events,
+        "seed": None if config.input is not None else config.generator.seed,
         "records_in": records_in,
         "records_local": records_in,
         "records_offloaded": 0,
         "epochs": epochs,
         "wall_s": round(wall_s, 3),
-        "events_per_s": round(config.generator.events / wall_s, 1) if wall_s > 0 else None,
+        "events_per_s": round(events / wall_s, 1) if wall_s > 0 else None,
         "rewrite_ms": round(rewritten.rewrite_ms, 3),
         "plan": "plain" if config.plain else "rewritten",
     }
+    if config.input is not None:
+        summary["input"] = str(config.input)
+        summary["dead_letter"] = dead_letter_summary(out / DEAD_LETTER_DIR)
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary

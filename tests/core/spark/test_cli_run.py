@@ -40,3 +40,28 @@ def test_events_writes_one_file_set_per_entity(tmp_path: Path) -> None:
     assert rows == {"person": 100, "auction": 300, "bid": 4600}
     bid = pq.read_table(tmp_path / "bid")
     assert {"event_id", "arrival_time", "date_time", "price"} <= set(bid.column_names)
+
+
+def test_file_input_sends_bad_lines_to_the_dead_letter_and_keeps_going(tmp_path: Path) -> None:
+    from core.nexmark.generator import GeneratorConfig
+    from core.nexmark.jsonl import write_jsonl_events
+    from core.nexmark.params import QueryParams
+    from core.nexmark.reference import reference_for
+
+    gen = GeneratorConfig(seed=4, events=20_000)
+    write_jsonl_events(gen, tmp_path / "in", files_per_entity=3)
+    first = sorted((tmp_path / "in" / "bid").glob("*.jsonl"))[0]
+    with first.open("a") as f:
+        f.write('{"auction": 1000, "bidder": \n')  # malformed JSON
+        f.write(
+            '{"auction": 1000, "bidder": 1000, "price": "cheap", "channel": "c", "url": "u", '
+            '"date_time": "2026-01-01T00:00:00Z", "extra": ""}\n'
+        )  # wrong type
+    sponge(
+        "run", "q7", "--input", str(tmp_path / "in"), "--window-size", "1", "--output", str(tmp_path / "run")
+    )
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["dead_letter"]["count"] == 2
+    assert summary["dead_letter"]["by_reason"] == {"malformed json": 1, "field 'price'": 1}
+    expected = reference_for("q7", gen, QueryParams(window_size_s=1, window_slide_s=1))
+    assert diff_results(read_results(tmp_path / "run"), expected) is None
