@@ -1,0 +1,121 @@
+"""Which transient program a worker runs: a small JSON spec, its stable id, and a warm cache.
+
+Why a spec and not pickled code: the VM agent, the Spark tasks and Lambda workers are different
+processes (and, on AWS, different machines and possibly code versions), so a program is named by data
+every side can check: the NEXMark query, its window parameters and the chain of node ids. The id is a
+hash of the canonical JSON, so equal specs get equal ids everywhere and a chunk can name its program
+in a few bytes. Workers compile a spec once and keep it for warm invocations (paper section 4.4).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from core.errors import ConfigError
+from lambda_worker.transient import TransientProgram, base_node_id
+
+_FIELDS = {"query", "params", "node_ids"}
+_PARAMS = {"window_size_s", "window_slide_s"}
+
+
+@dataclass(frozen=True)
+class ProgramSpec:
+    """A NEXMark query, its window parameters, and the chain of its nodes to run as transient operators."""
+
+    query: str
+    node_ids: tuple[str, ...]
+    window_size_s: int = 10
+    window_slide_s: int = 2
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.query, str) or not self.query:
+            raise ConfigError(f"program query must be a query name, got {self.query!r}")
+        if isinstance(self.node_ids, str) or not self.node_ids:
+            raise ConfigError("program node_ids must be a non-empty list of node ids")
+        object.__setattr__(self, "node_ids", tuple(base_node_id(str(n)) for n in self.node_ids))
+        for name in ("window_size_s", "window_slide_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"program {name} must be an integer, got {value!r}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "query": self.query,
+            "params": {"window_size_s": self.window_size_s, "window_slide_s": self.window_slide_s},
+            "node_ids": list(self.node_ids),
+        }
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))
+
+    @property
+    def program_id(self) -> str:
+        return "p" + hashlib.sha256(self.dumps().encode()).hexdigest()[:16]
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ProgramSpec:
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"a program spec is a JSON object, got {type(data).__name__}")
+        unknown = set(data) - _FIELDS
+        if unknown:
+            raise ConfigError(f"unknown program fields {sorted(unknown)}", hint=f"known: {sorted(_FIELDS)}")
+        if "query" not in data or "node_ids" not in data:
+            raise ConfigError("a program spec needs 'query' and 'node_ids'")
+        params = data.get("params") or {}
+        if not isinstance(params, Mapping) or set(params) - _PARAMS:
+            raise ConfigError(
+                f"unknown program params {sorted(set(params) - _PARAMS)}", hint=f"known: {sorted(_PARAMS)}"
+            )
+        node_ids = data["node_ids"]
+        if not isinstance(node_ids, list):
+            raise ConfigError(f"program node_ids must be a JSON list, got {node_ids!r}")
+        return cls(data["query"], tuple(node_ids), **params)
+
+    @classmethod
+    def loads(cls, text: str) -> ProgramSpec:
+        try:
+            return cls.from_json(json.loads(text))
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"program spec is not valid JSON: {e}") from None
+
+    def compile(self) -> TransientProgram:
+        from core.nexmark.params import QueryParams
+        from core.nexmark.queries import get_query
+
+        plan = get_query(self.query).plan(QueryParams(self.window_size_s, self.window_slide_s))
+        return TransientProgram.from_plan(plan, self.node_ids)
+
+
+class ProgramCache:
+    """Compiled programs by id; kept for the life of the process so warm invocations skip compiling."""
+
+    def __init__(self) -> None:
+        self._programs: dict[str, TransientProgram] = {}
+
+    def __contains__(self, program_id: str) -> bool:
+        return program_id in self._programs
+
+    def __len__(self) -> int:
+        return len(self._programs)
+
+    def get(self, spec: ProgramSpec) -> TransientProgram:
+        pid = spec.program_id
+        if pid not in self._programs:
+            self._programs[pid] = spec.compile()
+        return self._programs[pid]
+
+    def get_json(self, program_id: str, spec_json: str) -> TransientProgram:
+        """The program `program_id`, compiling `spec_json` if needed and checking that it is that program."""
+        if program_id in self._programs:
+            return self._programs[program_id]
+        spec = ProgramSpec.loads(spec_json)
+        if spec.program_id != program_id:
+            raise ConfigError(
+                f"program spec hashes to {spec.program_id}, not {program_id}",
+                hint="the sender and this worker disagree on the spec format: check their versions",
+            )
+        return self.get(spec)

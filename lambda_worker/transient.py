@@ -1,0 +1,161 @@
+"""Transient operators: a chain of a query's operators, executed on Arrow with polars.
+
+Why the same operator values: a transient operator (TO) is the paper's clone of a VM operator,
+prepared to run on a Lambda worker (section 4.1). It is built from the very `LogicalPlan` nodes the
+Spark lowering uses, and every expression goes through `core.expr_polars.to_polars`, so the worker
+path and the VM path compute the same thing by construction; a final window aggregate becomes its
+*partial* form (lambda_worker/partials.py), which the VM merges into Spark's state.
+
+A chain may cross a shuffle edge into its final aggregate: the router (on a VM) decides which records
+a worker sees, the worker pre-aggregates whatever subset it gets, and the partial rows travel back
+by key to the merge operator, which is exactly why only mergeable aggregates end a chain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import polars as pl
+import pyarrow as pa
+
+from core.errors import PlanError
+from core.expr import Col
+from core.expr_polars import to_polars
+from core.plan import WINDOW, Filter, FlatMap, KeyBy, LogicalPlan, Map, Operator, WindowAggregate
+from lambda_worker.partials import (
+    WINDOW_END,
+    WINDOW_START,
+    check_supported,
+    normalise_schema,
+    partial_aggregate,
+)
+
+TRANSIENT_SUFFIX = "~to"
+_STATELESS = (Map, Filter, KeyBy, FlatMap)
+
+
+def base_node_id(node_id: str) -> str:
+    """Accept both a logical node id and its transient id from the rewritten DAG (`<id>~to`)."""
+    return node_id[: -len(TRANSIENT_SUFFIX)] if node_id.endswith(TRANSIENT_SUFFIX) else node_id
+
+
+def _map(op: Map, df: pl.DataFrame) -> pl.DataFrame:
+    exprs: list[pl.Expr] = []
+    for name, e in op.projections:
+        if WINDOW in e.columns():
+            # The window travels as window_start/window_end; only a plain pass-through is meaningful.
+            if not (isinstance(e, Col) and name == WINDOW):
+                raise PlanError(
+                    f"map output {name!r} computes on the window column; only window=col('window') works"
+                )
+            exprs += [pl.col(WINDOW_START), pl.col(WINDOW_END)]
+        else:
+            exprs.append(to_polars(e).alias(name))
+    return df.select(exprs)
+
+
+def _flat_map(op: FlatMap, df: pl.DataFrame) -> pl.DataFrame:
+    # Like Spark's explode: a null or empty list yields no row; the struct's fields become columns.
+    return df.explode(op.explode, keep_nulls=False, empty_as_null=False).unnest(op.explode)
+
+
+def _apply(op: Operator, df: pl.DataFrame) -> pl.DataFrame:
+    if isinstance(op, Map):
+        return _map(op, df)
+    if isinstance(op, Filter):
+        return df.filter(to_polars(op.predicate))
+    if isinstance(op, KeyBy):
+        return df  # partitioning is the router's business; a worker sees its records already routed
+    if isinstance(op, FlatMap):
+        return _flat_map(op, df)
+    raise PlanError(f"no transient form for {op.kind!r}")
+
+
+def _empty_batch(schema: pa.Schema) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays([pa.array([], type=f.type) for f in schema], schema=schema)
+
+
+def _one_batch(table: pa.Table) -> pa.RecordBatch:
+    if table.num_rows == 0:
+        return _empty_batch(table.schema)
+    return table.combine_chunks().to_batches()[0]
+
+
+@dataclass(frozen=True)
+class TransientProgram:
+    """The transient form of a chain of operators: Arrow records in, rows or partial states out."""
+
+    query: str
+    node_ids: tuple[str, ...]
+    ops: tuple[Operator, ...]
+    _schemas: dict[pa.Schema, pa.Schema] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def from_plan(cls, plan: LogicalPlan, node_ids: Sequence[str]) -> TransientProgram:
+        """Compile the chain `node_ids` of `plan`, checking that it is a chain a worker can run.
+
+        Each node after the first must have exactly one input, the node before it; only Map, Filter,
+        KeyBy and FlatMap may appear, and a WindowAggregate only as the last node.
+        """
+        if isinstance(node_ids, str) or not node_ids:
+            raise PlanError("a transient program needs a non-empty list of node ids")
+        ids = tuple(base_node_id(n) for n in node_ids)
+        known = [n.id for n in plan.nodes]
+        ops: list[Operator] = []
+        for i, nid in enumerate(ids):
+            if nid not in known:
+                raise PlanError(
+                    f"node {nid!r} is not in plan {plan.name!r}", hint=f"nodes: {', '.join(known)}"
+                )
+            op = plan.node(nid).op
+            last = i == len(ids) - 1
+            if isinstance(op, WindowAggregate):
+                if not last:
+                    raise PlanError(
+                        f"window aggregate {nid!r} must end the transient chain",
+                        hint="its partial state goes back to the VM's merge operator; chain again after it",
+                    )
+                check_supported(op)
+            elif not isinstance(op, _STATELESS):
+                raise PlanError(
+                    f"{op.kind} {nid!r} has no transient form yet",
+                    hint="transient chains hold map, filter, key_by, flat_map and a final window_aggregate",
+                )
+            if i > 0:
+                ins = plan.in_edges(nid)
+                if len(ins) != 1 or ins[0].src != ids[i - 1]:
+                    srcs = [e.src for e in ins]
+                    raise PlanError(
+                        f"{nid!r} does not follow {ids[i - 1]!r} in plan {plan.name!r} (its inputs: {srcs})",
+                        hint="list the node ids of one chain in order",
+                    )
+            ops.append(op)
+        return cls(plan.name, ids, tuple(ops))
+
+    @property
+    def aggregate(self) -> WindowAggregate | None:
+        """The final window aggregate, whose partial state this program emits, if any."""
+        last = self.ops[-1]
+        return last if isinstance(last, WindowAggregate) else None
+
+    def run_table(self, data: pa.Table | pa.RecordBatch) -> pa.Table:
+        df = pl.from_arrow(data)
+        assert isinstance(df, pl.DataFrame)
+        for op in self.ops:
+            if isinstance(op, WindowAggregate):
+                return partial_aggregate(op, df.to_arrow())
+            df = _apply(op, df)
+        table = df.to_arrow()
+        return table.cast(normalise_schema(table.schema))
+
+    def run(self, batch: pa.RecordBatch | pa.Table) -> pa.RecordBatch:
+        """Run the chain over one batch: the output records, or the partial state of the final aggregate."""
+        return _one_batch(self.run_table(batch))
+
+    def output_schema(self, input_schema: pa.Schema) -> pa.Schema:
+        """The schema `run` returns for inputs of `input_schema` (computed once by a dry run)."""
+        if input_schema not in self._schemas:
+            empty = pa.Table.from_batches([_empty_batch(input_schema)], schema=input_schema)
+            self._schemas[input_schema] = self.run_table(empty).schema
+        return self._schemas[input_schema]

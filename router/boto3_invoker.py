@@ -1,0 +1,197 @@
+"""The AWS backend of the Invoker contract: boto3's Lambda `invoke`, with AWS's failure modes mapped.
+
+Why each setting (DESIGN.md section 7):
+
+* a function error still comes back as HTTP 200 with a `FunctionError` field ("Unhandled" or
+  "Handled"), so it is read from the response, not from an exception, and becomes InvokeFailed
+  with the function's own errorType and errorMessage;
+* throttling is HTTP 429 TooManyRequestsException (with a Reason such as
+  ReservedFunctionConcurrentInvocationLimitExceeded): it becomes Throttled, never retried here,
+  because the agent decides what to do with missing capacity;
+* boto3's default 60 s read timeout plus its retries can invoke a slow synchronous function
+  several times, so the read timeout is set above the function timeout and botocore's own retries
+  are switched off; this module retries only errors that prove the request was not run (5xx service
+  errors, connection failures before the request was sent), a bounded number of times with backoff;
+* TCP keepalive keeps long synchronous invokes alive through NAT and load balancers.
+
+"Event" invocations (the default) return 202 at once, and the worker's session reports the rest.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from core.errors import ConfigError
+from router.invoker import InvokeFailed, InvokeHandle, Invoker, InvokeResult, Throttled
+
+RETRYABLE_CODES = frozenset({"ServiceException", "InternalFailure", "ServiceUnavailableException"})
+THROTTLE_CODES = frozenset({"TooManyRequestsException", "ThrottlingException"})
+ASYNC_PAYLOAD_LIMIT = 1024 * 1024  # 1 MB for "Event" invokes (6 MB for synchronous)
+SYNC_PAYLOAD_LIMIT = 6 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Boto3InvokerConfig:
+    function_name: str
+    qualifier: str | None = None
+    region: str | None = None
+    endpoint_url: str | None = None  # LocalStack
+    invocation_type: str = "Event"
+    function_timeout_s: float = 60.0
+    read_timeout_margin_s: float = 10.0
+    connect_timeout_s: float = 5.0
+    max_retries: int = 2
+    retry_backoff_s: float = 0.2
+    concurrency_limit: int = 100
+    max_pool_connections: int = 64
+
+    def __post_init__(self) -> None:
+        if not self.function_name:
+            raise ConfigError("the boto3 invoker needs a function name", hint="pass --function-name")
+        if self.invocation_type not in ("Event", "RequestResponse"):
+            raise ConfigError(
+                f"invocation_type must be Event or RequestResponse, got {self.invocation_type!r}"
+            )
+        if not 1 <= self.function_timeout_s <= 900:
+            raise ConfigError(
+                f"function_timeout_s must be in [1, 900] like Lambda's, got {self.function_timeout_s}"
+            )
+        if self.max_retries < 0 or self.concurrency_limit < 0:
+            raise ConfigError("max_retries and concurrency_limit must be >= 0")
+
+    @property
+    def read_timeout_s(self) -> float:
+        return self.function_timeout_s + self.read_timeout_margin_s
+
+
+def client_config(config: Boto3InvokerConfig) -> Any:
+    """botocore's Config for the Lambda client (see the module doc for why each value)."""
+    from botocore.config import Config
+
+    return Config(
+        read_timeout=config.read_timeout_s,
+        connect_timeout=config.connect_timeout_s,
+        retries={"total_max_attempts": 1, "mode": "standard"},
+        tcp_keepalive=True,
+        max_pool_connections=config.max_pool_connections,
+    )
+
+
+class Boto3Invoker(Invoker):
+    def __init__(self, config: Boto3InvokerConfig, client: Any = None) -> None:
+        self.config = config
+        if client is None:
+            import boto3
+
+            client = boto3.client(
+                "lambda",
+                region_name=config.region,
+                endpoint_url=config.endpoint_url,
+                config=client_config(config),
+            )
+        self.client = client
+        self._pool = ThreadPoolExecutor(
+            max(1, min(config.concurrency_limit, 256)), thread_name_prefix="lambda-invoke"
+        )
+        self._closed = False
+        self._lock = threading.Lock()
+
+    @property
+    def concurrency_limit(self) -> int:
+        return self.config.concurrency_limit
+
+    def invoke_async(self, descriptor: Mapping[str, Any]) -> InvokeHandle:
+        payload = json.dumps(descriptor).encode()
+        limit = ASYNC_PAYLOAD_LIMIT if self.config.invocation_type == "Event" else SYNC_PAYLOAD_LIMIT
+        if len(payload) > limit:
+            raise InvokeFailed(
+                f"invoke payload of {len(payload)} bytes exceeds Lambda's {limit} bytes",
+                error_type="RequestTooLarge",
+            )
+        with self._lock:
+            if self._closed:
+                raise InvokeFailed("the invoker is closed", error_type="Closed")
+            handle = InvokeHandle(str(descriptor.get("worker_id", "")))
+            self._pool.submit(self._run, payload, handle)
+        return handle
+
+    def _run(self, payload: bytes, handle: InvokeHandle) -> None:
+        try:
+            handle.set_result(self.invoke(payload))
+        except (Throttled, InvokeFailed) as e:
+            handle.set_exception(e)
+        except Exception as e:  # never leave a handle unresolved
+            handle.set_exception(InvokeFailed(f"{type(e).__name__}: {e}", error_type=type(e).__name__))
+
+    def invoke(self, payload: bytes) -> InvokeResult:
+        """One invocation, synchronously, with the retries and mappings described in the module doc."""
+        from botocore.exceptions import ClientError, ConnectionClosedError, EndpointConnectionError
+
+        kwargs: dict[str, Any] = {
+            "FunctionName": self.config.function_name,
+            "InvocationType": self.config.invocation_type,
+            "Payload": payload,
+        }
+        if self.config.qualifier:
+            kwargs["Qualifier"] = self.config.qualifier
+        attempt = 0
+        started = time.monotonic()
+        while True:
+            try:
+                response = self.client.invoke(**kwargs)
+                break
+            except ClientError as e:
+                err = e.response.get("Error", {})
+                code = err.get("Code", "")
+                status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+                if code in THROTTLE_CODES or status == 429:
+                    reason = e.response.get("Reason") or err.get("Message", "")
+                    raise Throttled(f"Lambda throttled the invoke: {code} {reason}".strip()) from None
+                if (code in RETRYABLE_CODES or status >= 500) and attempt < self.config.max_retries:
+                    attempt += 1
+                    time.sleep(self.config.retry_backoff_s * 2 ** (attempt - 1))
+                    continue
+                raise InvokeFailed(
+                    f"{code}: {err.get('Message', '')}", error_type=code or "ClientError"
+                ) from None
+            except EndpointConnectionError as e:
+                # The request never reached Lambda: safe to retry.
+                if attempt < self.config.max_retries:
+                    attempt += 1
+                    time.sleep(self.config.retry_backoff_s * 2 ** (attempt - 1))
+                    continue
+                raise InvokeFailed(str(e), error_type="EndpointConnectionError") from None
+            except ConnectionClosedError as e:
+                # It may have run: retrying could start a second worker, so report instead.
+                raise InvokeFailed(str(e), error_type="ConnectionClosedError") from None
+        return self._result(response, time.monotonic() - started)
+
+    def _result(self, response: Mapping[str, Any], seconds: float) -> InvokeResult:
+        status = int(response.get("StatusCode", 0))
+        body = response.get("Payload")
+        raw = body.read() if body is not None else b""
+        parsed: Any = None
+        if raw:
+            try:
+                parsed = json.loads(raw)
+            except json.JSONDecodeError:
+                parsed = {"raw": raw.decode(errors="replace")}
+        if response.get("FunctionError"):
+            info = parsed if isinstance(parsed, Mapping) else {}
+            raise InvokeFailed(
+                str(info.get("errorMessage", "the function failed")),
+                error_type=str(info.get("errorType", response["FunctionError"])),
+            )
+        finished = self.config.invocation_type == "RequestResponse"
+        return InvokeResult(finished, parsed if isinstance(parsed, Mapping) else None, status, seconds)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+        self._pool.shutdown(wait=False, cancel_futures=True)

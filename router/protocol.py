@@ -1,0 +1,86 @@
+"""What both ends of the agent protocol share: generated modules, channel options, worker tokens.
+
+Why the generated modules are imported lazily through `pb()`: they exist only after `make setup`
+ran router/build_proto.py, and a missing or stale copy must fail with one line that says so, not an
+ImportError deep inside a worker. The Lambda worker imports this module on first use only, so its
+cold start pays for grpc and protobuf when it really dials out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from types import ModuleType
+from typing import Any
+
+from core.errors import MissingDependencyError
+
+PROTOCOL_VERSION = 1
+"""Bumped on any change to agent.proto that old peers cannot read; the agent rejects other versions."""
+
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+"""Largest chunk or result a channel carries (gRPC's default is 4 MiB)."""
+
+CHANNEL_OPTIONS: list[tuple[str, Any]] = [
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    # Keepalive: a Lambda frozen or killed mid-session must not leave a half-open stream behind.
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+]
+SERVER_OPTIONS: list[tuple[str, Any]] = [
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.so_reuseport", 0),
+]
+
+SECRET_METADATA = "x-sponge-secret"
+"""gRPC metadata key by which VM-side callers (Spark tasks) present the session secret."""
+
+
+def pb() -> tuple[ModuleType, ModuleType]:
+    """(agent_pb2, agent_pb2_grpc), generated from router/agent.proto."""
+    try:
+        from router._generated import agent_pb2, agent_pb2_grpc
+    except ImportError as e:
+        raise MissingDependencyError(
+            f"the gRPC code for router/agent.proto is missing ({e})",
+            hint="run make setup (it runs python -m router.build_proto)",
+        ) from None
+    return agent_pb2, agent_pb2_grpc
+
+
+def grpc_module() -> ModuleType:
+    try:
+        import grpc
+    except ImportError:
+        raise MissingDependencyError("grpcio is not installed", hint="run make setup") from None
+    return grpc
+
+
+def worker_token(session_secret: bytes, session_id: str, worker_id: str) -> str:
+    """The secret a worker presents in its Hello: an HMAC of its identity under the session secret.
+
+    Why derived per worker: the invoke payload (which AWS may log) then carries a token good for one
+    worker of one session only, and the session secret itself never leaves the VM.
+    """
+    msg = f"{session_id}/{worker_id}".encode()
+    return hmac.new(session_secret, msg, hashlib.sha256).hexdigest()
+
+
+def token_matches(session_secret: bytes, session_id: str, worker_id: str, presented: str) -> bool:
+    """Constant-time check of a presented worker token."""
+    expected = worker_token(session_secret, session_id, worker_id)
+    return hmac.compare_digest(expected.encode(), presented.encode())
+
+
+def secret_matches(session_secret: bytes, presented: str | bytes) -> bool:
+    """Constant-time check of the session secret presented by a VM-side caller."""
+    raw = presented.encode() if isinstance(presented, str) else presented
+    return hmac.compare_digest(session_secret, raw)

@@ -1,0 +1,69 @@
+"""The agent's counters: one thread-safe bag of named integers, read whole by the Stats RPC.
+
+Why named constants: the policy loop, the drills and the tests all read these by name, so a typo
+must be an AttributeError here rather than a silent zero there.
+"""
+
+from __future__ import annotations
+
+import threading
+
+WORKERS_STARTED = "workers_started"
+COLD_STARTS = "cold_starts"
+WORKERS_CONNECTED = "workers_connected_total"
+CHUNKS_SUBMITTED = "chunks_submitted"
+CHUNKS_DISPATCHED = "chunks_dispatched"
+CHUNKS_REDISPATCHED = "chunks_redispatched"
+CHUNKS_RUN_LOCALLY = "chunks_run_locally"
+CHUNKS_DONE = "chunks_done"
+CHUNKS_FAILED = "chunks_failed"
+CACHE_HITS = "cache_hits"
+THROTTLES = "throttles"
+INVOKE_FAILURES = "invoke_failures"
+REJECTED_WORKERS = "rejected_workers"
+REJECTED_CALLERS = "rejected_callers"
+WORKER_FAILURES = "worker_failures"
+CHUNK_TIMEOUTS = "chunk_timeouts"
+LATE_RESULTS = "late_results"
+CORRUPT_RESULTS = "corrupt_results"
+
+ALL = (
+    WORKERS_STARTED,
+    COLD_STARTS,
+    WORKERS_CONNECTED,
+    CHUNKS_SUBMITTED,
+    CHUNKS_DISPATCHED,
+    CHUNKS_REDISPATCHED,
+    CHUNKS_RUN_LOCALLY,
+    CHUNKS_DONE,
+    CHUNKS_FAILED,
+    CACHE_HITS,
+    THROTTLES,
+    INVOKE_FAILURES,
+    REJECTED_WORKERS,
+    REJECTED_CALLERS,
+    WORKER_FAILURES,
+    CHUNK_TIMEOUTS,
+    LATE_RESULTS,
+    CORRUPT_RESULTS,
+)
+
+
+class Counters:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._values = dict.fromkeys(ALL, 0)
+
+    def add(self, name: str, n: int = 1) -> None:
+        if name not in self._values:
+            raise KeyError(f"unknown counter {name!r}")
+        with self._lock:
+            self._values[name] += n
+
+    def get(self, name: str) -> int:
+        with self._lock:
+            return self._values[name]
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._values)

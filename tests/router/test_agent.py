@@ -1,0 +1,176 @@
+"""The agent end to end in one process: the real handler in threads, the real gRPC channel."""
+
+from __future__ import annotations
+
+import threading
+
+import pyarrow as pa
+import pytest
+
+from lambda_worker.handler import handler
+from lambda_worker.program import ProgramSpec
+from lambda_worker.session import SessionError
+from router import stats
+from router.client import AgentClient, OffloadError
+from router.protocol import PROTOCOL_VERSION, grpc_module, pb, worker_token
+from tests.router.conftest import Q5, Q7, bids, sorted_rows
+from tests.router.fakes import FakeContext, ThreadInvoker
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_offload_runs_on_a_worker_and_equals_a_local_run(make_agent, secret) -> None:  # type: ignore[no-untyped-def]
+    agent = make_agent(ThreadInvoker())
+    data = bids(40_000)
+    with AgentClient(agent.address, secret) as client:
+        for i, spec in enumerate((Q5, Q7)):
+            result = client.offload(1, 0, i, spec, data)
+            assert result.worker_id and not result.ran_locally and not result.cached
+            assert result.rows_in == data.num_rows and result.rows_out == result.table.num_rows
+            local = spec.compile().run_table(data)
+            assert sorted_rows(result.table) == sorted_rows(local)
+        s = client.stats()
+    assert s[stats.CHUNKS_DISPATCHED] == 2 and s[stats.CHUNKS_RUN_LOCALLY] == 0
+    assert s[stats.WORKERS_STARTED] >= 1 and s["session_id"] == agent.config.session_id
+
+
+def test_a_retried_offload_returns_the_cached_result_without_recomputation(make_agent, secret) -> None:  # type: ignore[no-untyped-def]
+    agent = make_agent(ThreadInvoker())
+    data = bids(20_000)
+    with AgentClient(agent.address, secret) as client:
+        first = client.offload(5, 2, 9, Q5, data)
+        results = []
+        threads = [
+            threading.Thread(target=lambda: results.append(client.offload(5, 2, 9, Q5, data)))
+            for _ in range(4)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert all(r.cached for r in results)
+        assert all(sorted_rows(r.table) == sorted_rows(first.table) for r in results)
+        assert client.offload(5, 2, 10, Q5, data).cached is False  # another key is computed
+        s = client.stats()
+    assert s[stats.CHUNKS_SUBMITTED] == 2 and s[stats.CHUNKS_DISPATCHED] == 2 and s[stats.CACHE_HITS] == 4
+
+
+def test_without_a_fleet_chunks_run_in_the_agent(make_agent, secret) -> None:  # type: ignore[no-untyped-def]
+    agent = make_agent(None, dispatch={"local_fallback_s": 0.0})
+    data = bids(10_000)
+    with AgentClient(agent.address, secret) as client:
+        result = client.offload(1, 0, 0, Q7, data)
+        assert result.ran_locally and result.worker_id == ""
+        assert sorted_rows(result.table) == sorted_rows(Q7.compile().run_table(data))
+        assert client.stats()[stats.CHUNKS_RUN_LOCALLY] == 1
+
+
+def test_a_program_error_keeps_its_class_and_message_across_the_boundary(make_agent, secret) -> None:  # type: ignore[no-untyped-def]
+    agent = make_agent(ThreadInvoker())
+    wrong = pa.table({"auction": [1, 2], "price": [3, 4]})  # no date_time column
+    with AgentClient(agent.address, secret) as client:
+        with pytest.raises(OffloadError) as info:
+            client.offload(1, 0, 0, Q5, wrong)
+        s = client.stats()
+    assert info.value.error_type == "ColumnNotFoundError" and "date_time" in str(info.value)
+    assert info.value.code == "INTERNAL"
+    assert s[stats.WORKER_FAILURES] == 1 and s[stats.CHUNKS_FAILED] == 1
+
+
+def test_unknown_programs_and_callers_without_the_secret_are_refused(make_agent, secret) -> None:  # type: ignore[no-untyped-def]
+    agent = make_agent(None)
+    data = bids(1_000)
+    with AgentClient(agent.address, b"not-the-secret-at-all") as intruder:
+        with pytest.raises(OffloadError) as info:
+            intruder.offload(1, 0, 0, Q5, data)
+        assert info.value.code == "UNAUTHENTICATED"
+    with AgentClient(agent.address, secret) as client:
+        client._known.add(ProgramSpec("q7", ("key_by1",)).program_id)  # pretend it was sent before
+        with pytest.raises(OffloadError) as info:
+            client.offload(1, 0, 0, ProgramSpec("q7", ("key_by1",)), data)
+        assert info.value.code == "INVALID_ARGUMENT" and "unknown program" in str(info.value)
+        assert client.stats()[stats.REJECTED_CALLERS] == 1
+
+
+def _hello(agent, worker_id: str, token: str, version: int = PROTOCOL_VERSION):  # type: ignore[no-untyped-def]
+    grpc = grpc_module()
+    agent_pb2, agent_pb2_grpc = pb()
+    with grpc.insecure_channel(agent.address) as channel:
+        stub = agent_pb2_grpc.AgentStub(channel)
+        hello = agent_pb2.Hello(
+            session_id=agent.config.session_id, worker_id=worker_id, secret=token, protocol_version=version
+        )
+        call = stub.Work(iter([agent_pb2.WorkerMessage(hello=hello)]), timeout=5)
+        with pytest.raises(grpc.RpcError) as info:
+            list(call)
+        return info.value.code()
+
+
+def test_workers_without_the_session_secret_are_refused_and_counted(make_agent, secret) -> None:  # type: ignore[no-untyped-def]
+    grpc = grpc_module()
+    agent = make_agent(None)
+    sid = agent.config.session_id
+    assert _hello(agent, "w1", "0" * 64) == grpc.StatusCode.UNAUTHENTICATED
+    # A correct token for an id this agent never invoked is refused too.
+    assert _hello(agent, "w2", worker_token(secret, sid, "w2")) == grpc.StatusCode.UNAUTHENTICATED
+    assert _hello(agent, "w3", "x", version=PROTOCOL_VERSION + 1) == grpc.StatusCode.FAILED_PRECONDITION
+    assert agent.stats()[stats.REJECTED_WORKERS] == 3
+
+
+def test_a_refused_worker_fails_its_invocation_with_the_reason(make_agent) -> None:  # type: ignore[no-untyped-def]
+    agent = make_agent(None)
+    descriptor = {
+        "session_id": agent.config.session_id,
+        "agent_address": agent.address,
+        "secret": "wrong",
+        "worker_id": "w9",
+        "idle_timeout_s": 1,
+    }
+    with pytest.raises(SessionError, match="UNAUTHENTICATED"):
+        handler(descriptor, FakeContext(10))
+    assert agent.stats()[stats.REJECTED_WORKERS] == 1
+
+
+def test_a_stopping_agent_drains_its_workers(make_agent, secret) -> None:  # type: ignore[no-untyped-def]
+    invoker = ThreadInvoker()
+    agent = make_agent(invoker)
+    with AgentClient(agent.address, secret) as client:
+        client.offload(1, 0, 0, Q5, bids(2_000))
+    agent.stop(grace_s=0.5)
+    for _ in range(50):
+        if invoker.results:
+            break
+        threading.Event().wait(0.1)
+    summary = invoker.results[0]
+    assert summary["reason"] in ("drained", "closed") and summary["chunks"] == 1
+
+
+def test_a_connection_that_never_says_hello_is_closed(make_agent) -> None:  # type: ignore[no-untyped-def]
+    grpc = grpc_module()
+    _, agent_pb2_grpc = pb()
+    agent = make_agent(None, agent={"hello_timeout_s": 0.3})
+    silent = threading.Event()
+
+    def nothing():  # type: ignore[no-untyped-def]
+        silent.wait(10)
+        yield from ()
+
+    with grpc.insecure_channel(agent.address) as channel:
+        call = agent_pb2_grpc.AgentStub(channel).Work(nothing(), timeout=10)
+        with pytest.raises(grpc.RpcError) as info:
+            list(call)
+        silent.set()
+    assert info.value.code() == grpc.StatusCode.CANCELLED
+
+
+def test_a_worker_from_another_build_refuses_to_start(make_agent) -> None:  # type: ignore[no-untyped-def]
+    agent = make_agent(None)
+    descriptor = {
+        "session_id": agent.config.session_id,
+        "agent_address": agent.address,
+        "secret": "x",
+        "worker_id": "w1",
+        "protocol_version": PROTOCOL_VERSION + 1,
+    }
+    with pytest.raises(SessionError, match="deploy the same build"):
+        handler(descriptor, FakeContext(10))

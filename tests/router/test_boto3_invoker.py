@@ -1,0 +1,133 @@
+"""The AWS invoker against botocore's Stubber: AWS's answers mapped to Throttled / InvokeFailed."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import boto3
+import pytest
+from botocore.response import StreamingBody
+from botocore.stub import ANY, Stubber
+
+from router.boto3_invoker import Boto3Invoker, Boto3InvokerConfig, client_config
+from router.invoker import InvokeFailed, Throttled, make_invoker
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def _invoker(**kw: object) -> tuple[Boto3Invoker, Stubber]:
+    config = Boto3InvokerConfig(function_name="sponge-worker", retry_backoff_s=0.0, **kw)  # type: ignore[arg-type]
+    client = boto3.client(
+        "lambda",
+        region_name="eu-west-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        config=client_config(config),
+    )
+    stubber = Stubber(client)
+    stubber.activate()
+    return Boto3Invoker(config, client=client), stubber
+
+
+def _body(obj: object) -> StreamingBody:
+    raw = json.dumps(obj).encode()
+    return StreamingBody(io.BytesIO(raw), len(raw))
+
+
+def test_client_is_configured_against_double_invokes() -> None:
+    inv, _ = _invoker(function_timeout_s=120.0)
+    cfg = inv.client.meta.config
+    assert cfg.read_timeout == 130.0 > inv.config.function_timeout_s
+    assert cfg.tcp_keepalive is True
+    assert cfg.retries["total_max_attempts"] == 1
+
+
+def test_event_invoke_is_accepted_and_not_finished() -> None:
+    inv, stub = _invoker()
+    stub.add_response(
+        "invoke",
+        {"StatusCode": 202, "Payload": _body("")},
+        {"FunctionName": "sponge-worker", "InvocationType": "Event", "Payload": ANY},
+    )
+    result = inv.invoke_async({"worker_id": "w1"}).result(5)
+    assert result.status_code == 202 and not result.finished
+    stub.assert_no_pending_responses()
+
+
+def test_request_response_returns_the_handler_summary() -> None:
+    inv, stub = _invoker(invocation_type="RequestResponse", qualifier="live")
+    stub.add_response(
+        "invoke",
+        {"StatusCode": 200, "Payload": _body({"chunks": 3})},
+        {
+            "FunctionName": "sponge-worker",
+            "InvocationType": "RequestResponse",
+            "Payload": ANY,
+            "Qualifier": "live",
+        },
+    )
+    result = inv.invoke_async({"worker_id": "w1"}).result(5)
+    assert result.finished and result.payload == {"chunks": 3}
+
+
+def test_a_function_error_arrives_as_200_and_becomes_invoke_failed_with_its_type() -> None:
+    inv, stub = _invoker(invocation_type="RequestResponse")
+    body = {"errorType": "SessionError", "errorMessage": "agent 10.0.0.5:7000: UNAUTHENTICATED"}
+    stub.add_response("invoke", {"StatusCode": 200, "FunctionError": "Unhandled", "Payload": _body(body)})
+    with pytest.raises(InvokeFailed) as info:
+        inv.invoke_async({"worker_id": "w1"}).result(5)
+    assert info.value.error_type == "SessionError" and "UNAUTHENTICATED" in str(info.value)
+
+
+def test_429_becomes_throttled_and_is_not_retried() -> None:
+    inv, stub = _invoker()
+    stub.add_client_error(
+        "invoke",
+        service_error_code="TooManyRequestsException",
+        service_message="Rate Exceeded.",
+        http_status_code=429,
+        modeled_fields={"Reason": "ReservedFunctionConcurrentInvocationLimitExceeded"},
+    )
+    with pytest.raises(Throttled, match="TooManyRequestsException"):
+        inv.invoke_async({"worker_id": "w1"}).result(5)
+    stub.assert_no_pending_responses()
+
+
+def test_service_errors_are_retried_a_bounded_number_of_times() -> None:
+    inv, stub = _invoker(max_retries=2)
+    for _ in range(2):
+        stub.add_client_error("invoke", service_error_code="ServiceException", http_status_code=500)
+    stub.add_response("invoke", {"StatusCode": 202, "Payload": _body("")})
+    assert inv.invoke_async({}).result(5).status_code == 202
+
+    inv2, stub2 = _invoker(max_retries=1)
+    for _ in range(2):
+        stub2.add_client_error("invoke", service_error_code="ServiceException", http_status_code=500)
+    with pytest.raises(InvokeFailed) as info:
+        inv2.invoke_async({}).result(5)
+    assert info.value.error_type == "ServiceException"
+    stub2.assert_no_pending_responses()
+
+
+def test_client_errors_are_not_retried() -> None:
+    inv, stub = _invoker()
+    stub.add_client_error("invoke", service_error_code="ResourceNotFoundException", http_status_code=404)
+    with pytest.raises(InvokeFailed) as info:
+        inv.invoke_async({}).result(5)
+    assert info.value.error_type == "ResourceNotFoundException"
+
+
+def test_oversized_payloads_are_refused_before_calling_aws() -> None:
+    inv, _ = _invoker()
+    with pytest.raises(InvokeFailed, match="exceeds"):
+        inv.invoke_async({"program": "x" * (1024 * 1024)})
+
+
+def test_config_is_validated_and_backends_are_chosen_by_name() -> None:
+    with pytest.raises(Exception, match="function name"):
+        Boto3InvokerConfig(function_name="")
+    with pytest.raises(Exception, match="Event or RequestResponse"):
+        Boto3InvokerConfig(function_name="f", invocation_type="DryRun")
+    with pytest.raises(Exception, match="unknown invoker"):
+        make_invoker("kubernetes")
