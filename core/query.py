@@ -125,6 +125,7 @@ class Stream:
         keys = self._op.keys  # type: ignore[attr-defined]
         schema: Columns = self._window_schema(window) | {k: self.schema[k] for k in keys}
         calls = []
+        records: dict[str, Columns] = {}
         for out, call in aggs.items():
             fn = aggregate(call.fn)
             if fn.needs_arg and call.arg is None:
@@ -132,12 +133,13 @@ class Stream:
             arg_t = self._check(call.arg) if call.arg is not None else None
             schema[out] = fn.result_type(arg_t)
             if schema[out] == DType.RECORDS:
-                self.builder.record_fields[(f"window_aggregate{len(self.builder._nodes)}", out)] = {
-                    f: self.schema[f] for f in call.fields
-                }
+                records[out] = {f: self.schema[f] for f in call.fields}
             calls.append(AggCall(out, call.fn, call.arg, call.fields, call.n, call.order_by))
         op = WindowAggregate(tuple(keys), window, tuple(calls))
-        return self.builder._add(op, [(self, Comm.SHUFFLE)], schema)
+        stream = self.builder._add(op, [(self, Comm.SHUFFLE)], schema)
+        for out, fields in records.items():
+            self.builder.record_fields[(stream.node_id, out)] = fields
+        return stream
 
     def join(
         self,
