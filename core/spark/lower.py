@@ -85,32 +85,41 @@ def _keep_fields(fields: tuple[str, ...]) -> Callable[[Column], Column]:
     return lambda x: F.struct(*[x[f].alias(f) for f in fields])
 
 
+def _field_equals(field: str, column: str) -> Callable[[Column], Column]:
+    return lambda x: x[field] == F.col(column)
+
+
 def _trims(df: DataFrame, calls: list[AggCall]) -> DataFrame:
     """The stateless step after the aggregation that turns collected structs into the result.
 
-    A threshold is computed into its own column first: referenced inside a lambda, Spark would
-    recompute it for every element of the list.
+    The maximum of max_with_ties is its own aggregate (`_best_<out>`, see `_agg_columns`): a
+    threshold computed in a projection is inlined into the lambda by Spark's optimizer and then
+    recomputed for every element of the list.
     """
     for call in calls:
         c = F.col(call.out)
         strip = _keep_fields(call.fields)
         if call.fn == "max_with_ties":
-            df = df.withColumn("_best", F.array_max(F.transform(c, lambda x: x["_v"])))
-            df = df.withColumn(call.out, F.transform(F.filter(c, lambda x: x["_v"] == F.col("_best")), strip))
-            df = df.drop("_best")
+            at_best = _field_equals("_v", f"_best_{call.out}")
+            df = df.withColumn(call.out, F.transform(F.filter(c, at_best), strip))
+            df = df.drop(f"_best_{call.out}")
         elif call.fn == "latest_n":
             df = df.withColumn(call.out, F.transform(F.slice(F.sort_array(c, asc=False), 1, call.n), strip))
     return df
 
 
+def _agg_columns(aggs: tuple[AggCall, ...]) -> list[Column]:
+    cols = [_agg_expr(a).alias(a.out) for a in aggs]
+    cols += [F.max(to_spark(a.arg)).alias(f"_best_{a.out}") for a in aggs if a.fn == "max_with_ties"]
+    return cols
+
+
 def _aggregate(df: DataFrame, op: WindowAggregate) -> DataFrame:
     keys = [F.col(k) for k in op.keys]
     if op.window is None:
-        out = df.groupBy(*keys).agg(*[_agg_expr(a).alias(a.out) for a in op.aggs])
+        out = df.groupBy(*keys).agg(*_agg_columns(op.aggs))
     elif op.window.tumbling:
-        out = df.groupBy(_window_col(op.window).alias(WINDOW), *keys).agg(
-            *[_agg_expr(a).alias(a.out) for a in op.aggs]
-        )
+        out = df.groupBy(_window_col(op.window).alias(WINDOW), *keys).agg(*_agg_columns(op.aggs))
     else:
         out = _sliding_by_panes(df, op, keys)
     return _trims(out, [a for a in op.aggs if a.fn in ("max_with_ties", "latest_n")])
