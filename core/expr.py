@@ -7,6 +7,7 @@ so the two paths cannot disagree about what a query computes (tests check that t
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -29,6 +30,20 @@ Schema = Mapping[str, DType]
 
 ARITHMETIC = ("+", "-", "*", "/", "%")
 COMPARISON = ("==", "!=", "<", "<=", ">", ">=")
+
+# Operators every backend spells with Python's own operators (Spark Columns and polars expressions
+# both overload them); "/" and "%" differ between backends and are lowered by each one.
+PYTHON_OPERATORS = {
+    "+": operator.add,
+    "-": operator.sub,
+    "*": operator.mul,
+    "==": operator.eq,
+    "!=": operator.ne,
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+}
 
 
 class Expr:

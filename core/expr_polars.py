@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from core.errors import PlanError
-from core.expr import BinOp, BoolOp, Cast, Col, DType, Expr, IsIn, Lit, Not
+from core.expr import PYTHON_OPERATORS, BinOp, BoolOp, Cast, Col, DType, Expr, IsIn, Lit, Not
 
 _POLARS_TYPES = {
     DType.INT64: pl.Int64,
@@ -22,30 +22,13 @@ def to_polars(e: Expr) -> pl.Expr:
         return pl.lit(e.value, dtype=_POLARS_TYPES.get(e.type_))
     if isinstance(e, BinOp):
         a, b = to_polars(e.left), to_polars(e.right)
-        match e.op:
-            case "+":
-                return a + b
-            case "-":
-                return a - b
-            case "*":
-                return a * b
-            case "/":
-                return a.cast(pl.Float64) / b.cast(pl.Float64)
-            case "%":
-                # Spark's and Java's remainder takes the dividend's sign; polars' follows Python's floor.
-                return (a.abs() % b.abs()) * a.sign()
-            case "==":
-                return a == b
-            case "!=":
-                return a != b
-            case "<":
-                return a < b
-            case "<=":
-                return a <= b
-            case ">":
-                return a > b
-            case ">=":
-                return a >= b
+        if e.op in PYTHON_OPERATORS:
+            return PYTHON_OPERATORS[e.op](a, b)
+        if e.op == "/":
+            return a.cast(pl.Float64) / b.cast(pl.Float64)
+        if e.op == "%":
+            # Spark's and Java's remainder takes the dividend's sign; polars' follows Python's floor.
+            return (a.abs() % b.abs()) * a.sign()
     if isinstance(e, BoolOp):
         out = to_polars(e.args[0])
         for arg in e.args[1:]:

@@ -36,6 +36,7 @@ from collections.abc import Sequence
 import polars as pl
 import pyarrow as pa
 
+from core.arrow_types import ARROW_TYPES, TIMESTAMP, to_dtype
 from core.errors import PlanError
 from core.expr import DType
 from core.expr_polars import to_polars
@@ -43,42 +44,13 @@ from core.plan import WINDOW, AggCall, WindowAggregate
 
 WINDOW_START = "window_start"
 WINDOW_END = "window_end"
-TIMESTAMP = pa.timestamp("us", tz="UTC")
 _US = 1_000_000
 
 SUPPORTED = ("count", "sum", "min", "max", "avg", "max_with_ties", "latest_n")
 PANE_MERGEABLE = ("count", "sum", "min", "max", "avg")
 """Aggregates that a sliding window can be assembled from (the same set Spark's lowering accepts)."""
 
-_ARROW = {
-    DType.INT64: pa.int64(),
-    DType.FLOAT64: pa.float64(),
-    DType.STRING: pa.string(),
-    DType.BOOL: pa.bool_(),
-    DType.TIMESTAMP: TIMESTAMP,
-}
-
-
 # ---- schemas -----------------------------------------------------------------------------------
-
-
-def to_dtype(t: pa.DataType) -> DType:
-    """Our column type of an Arrow type (the inverse of the type table above)."""
-    if pa.types.is_integer(t):
-        return DType.INT64
-    if pa.types.is_floating(t):
-        return DType.FLOAT64
-    if pa.types.is_timestamp(t):
-        return DType.TIMESTAMP
-    if pa.types.is_boolean(t):
-        return DType.BOOL
-    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
-        return DType.STRING
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_list_view(t):
-        return DType.RECORDS
-    raise PlanError(
-        f"unsupported column type {t}", hint="columns are int64, double, string, bool or timestamp"
-    )
 
 
 def normalise_type(t: pa.DataType) -> pa.DataType:
@@ -91,7 +63,7 @@ def normalise_type(t: pa.DataType) -> pa.DataType:
         return normalise_type(t.value_type)
     if pa.types.is_null(t):
         return t
-    return _ARROW[to_dtype(t)]
+    return ARROW_TYPES[to_dtype(t)]
 
 
 def normalise_schema(schema: pa.Schema) -> pa.Schema:
@@ -148,9 +120,9 @@ def _column_type(input_schema: pa.Schema, name: str) -> pa.DataType:
 def _arg_type(call: AggCall, input_schema: pa.Schema) -> pa.DataType:
     assert call.arg is not None
     dtype = call.arg.dtype(_dtypes(input_schema))
-    if dtype not in _ARROW:
+    if dtype not in ARROW_TYPES:
         raise PlanError(f"aggregate {call.fn} {call.out!r} cannot take a {dtype.value} argument")
-    return _ARROW[dtype]
+    return ARROW_TYPES[dtype]
 
 
 def _record_struct(call: AggCall, input_schema: pa.Schema) -> pa.StructType:

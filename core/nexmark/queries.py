@@ -14,20 +14,8 @@ from core.query import QueryBuilder, Stream, agg
 
 def entity_columns(entity: str) -> dict[str, DType]:
     """Our column types for an entity, read off the generator's Arrow schema."""
-    import pyarrow as pa
-
+    from core.arrow_types import to_dtype
     from core.nexmark.schema import schema_for
-
-    def to_dtype(t: pa.DataType) -> DType:
-        if pa.types.is_integer(t):
-            return DType.INT64
-        if pa.types.is_floating(t):
-            return DType.FLOAT64
-        if pa.types.is_timestamp(t):
-            return DType.TIMESTAMP
-        if pa.types.is_boolean(t):
-            return DType.BOOL
-        return DType.STRING
 
     return {f.name: to_dtype(f.type) for f in schema_for(entity)}
 

@@ -6,7 +6,7 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from core.errors import PlanError
-from core.expr import BinOp, BoolOp, Cast, Col, DType, Expr, IsIn, Lit, Not
+from core.expr import PYTHON_OPERATORS, BinOp, BoolOp, Cast, Col, DType, Expr, IsIn, Lit, Not
 
 _SPARK_TYPES = {DType.INT64: "bigint", DType.FLOAT64: "double", DType.STRING: "string", DType.BOOL: "boolean"}
 
@@ -18,29 +18,12 @@ def to_spark(e: Expr) -> Column:
         return F.lit(e.value).cast(_SPARK_TYPES[e.type_]) if e.type_ in _SPARK_TYPES else F.lit(e.value)
     if isinstance(e, BinOp):
         a, b = to_spark(e.left), to_spark(e.right)
-        match e.op:
-            case "+":
-                return a + b
-            case "-":
-                return a - b
-            case "*":
-                return a * b
-            case "/":
-                return a.cast("double") / b.cast("double")
-            case "%":
-                return a % b
-            case "==":
-                return a == b
-            case "!=":
-                return a != b
-            case "<":
-                return a < b
-            case "<=":
-                return a <= b
-            case ">":
-                return a > b
-            case ">=":
-                return a >= b
+        if e.op in PYTHON_OPERATORS:
+            return PYTHON_OPERATORS[e.op](a, b)
+        if e.op == "/":
+            return a.cast("double") / b.cast("double")
+        if e.op == "%":
+            return a % b
     if isinstance(e, BoolOp):
         out = to_spark(e.args[0])
         for arg in e.args[1:]:
