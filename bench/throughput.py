@@ -70,7 +70,7 @@ from core.nexmark.schedule import RateSchedule
 from core.plan import Source
 from core.results import diff_results, read_results
 from core.rewrite import rewrite
-from core.spark.runner import RunConfig, nexmark_sources, run_query
+from core.spark.runner import RunConfig, nexmark_sources, run_query, stream_to_end
 from core.spark.session import SparkConfig, spark_session
 
 VARIANTS = ("a", "b", "c")
@@ -164,41 +164,18 @@ def run_native(spark: Any, config: RunConfig) -> list[dict[str, Any]]:
     out.mkdir(parents=True)
     started = time.time()
     df, n_sources = native_frame(spark, config, started)
-    query = (
-        df.writeStream.format("parquet")
-        .option("path", str(out))
-        .option("checkpointLocation", str(out / "_checkpoint"))
-        .outputMode("append")
-        .trigger(processingTime="0 seconds")
-        .queryName(f"bench_native_{config.query}_{int(started)}")
-        .start()
+    progress: list[dict[str, Any]] = []
+    stream_to_end(
+        df,
+        out,
+        f"bench_native_{config.query}_{int(started)}",
+        n_sources,
+        config.generator.events,
+        timeout_s=config.timeout_s,
+        started=started,
+        progress=lambda p: progress.append(_progress_dict(p)),
     )
-    total = config.generator.events + 1  # the punctuation sits at offset `events`
-    seen: dict[int, dict[str, Any]] = {}
-
-    def collect() -> bool:
-        """Record new epochs; True once every source has committed its last offset (as run_query)."""
-        for p in query.recentProgress:
-            if p["batchId"] not in seen and p["numInputRows"] is not None and "addBatch" in p["durationMs"]:
-                seen[p["batchId"]] = _progress_dict(p)
-        last = query.lastProgress
-        return bool(last) and len(last["sources"]) == n_sources and all(
-            json.loads(s["endOffset"] or "{}").get("event", 0) >= total for s in last["sources"]
-        )
-
-    try:
-        while not collect():
-            if query.exception() is not None:
-                raise RuntimeError(f"native {config.query} failed: {str(query.exception()).splitlines()[0]}")
-            if time.time() - started > config.timeout_s:
-                raise RuntimeError(f"native {config.query} did not finish in {config.timeout_s:.0f}s")
-            time.sleep(0.05)
-        # The no-data epoch that applies the end-of-stream watermark and closes the last windows.
-        query.processAllAvailable()
-        collect()
-    finally:
-        query.stop()
-    return list(seen.values())
+    return progress
 
 
 def run_variant(spark: Any, variant: str, config: RunConfig) -> Measurement:
@@ -220,13 +197,27 @@ def _quiesce(spark: Any) -> None:
 # ---- check and explain -------------------------------------------------------------------------
 
 
-def check_query(spark: Any, query: str, gen: GeneratorConfig, params: QueryParams, sc: SparkConfig,
-                work: Path, batch_events: int) -> str:
+def check_query(
+    spark: Any,
+    query: str,
+    gen: GeneratorConfig,
+    params: QueryParams,
+    sc: SparkConfig,
+    work: Path,
+    batch_events: int,
+) -> str:
     """Run (a), (b) and (c) on a small stream; return "checked" or the first difference found."""
     outs = {}
     for v in VARIANTS:
-        cfg = RunConfig(query=query, generator=gen, output=work / f"check_{query}_{v}", params=params,
-                        max_events_per_batch=batch_events, spark=sc, plain=(v == "b"))
+        cfg = RunConfig(
+            query=query,
+            generator=gen,
+            output=work / f"check_{query}_{v}",
+            params=params,
+            max_events_per_batch=batch_events,
+            spark=sc,
+            plain=(v == "b"),
+        )
         if v == "c":
             run_native(spark, cfg)
         else:
@@ -304,19 +295,34 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--batch-events", type=int, default=200_000, help="max events per micro-batch")
     ap.add_argument("--queries", default="q1,q2,q5", help="comma-separated, from " + ",".join(NATIVE_QUERIES))
     ap.add_argument("--repeats", type=int, default=5, help="interleaved rounds a,b,c per query")
-    ap.add_argument("--fixed-order", action="store_true",
-                    help="run a,b,c in every round instead of rotating the order round by round")
+    ap.add_argument(
+        "--fixed-order",
+        action="store_true",
+        help="run a,b,c in every round instead of rotating the order round by round",
+    )
     ap.add_argument("--shuffle-partitions", type=int, default=1)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--rate", type=float, default=10_000.0,
-                    help="events/s of event time of the measured stream (docs/queries.md default 10,000)")
+    ap.add_argument(
+        "--rate",
+        type=float,
+        default=10_000.0,
+        help="events/s of event time of the measured stream (docs/queries.md default 10,000)",
+    )
     ap.add_argument("--check-events", type=int, default=40_000, help="events of the (c)==(a) check run")
-    ap.add_argument("--check-rate", type=float, default=1_000.0,
-                    help="events/s of event time on the check stream (low, so it spans several windows)")
+    ap.add_argument(
+        "--check-rate",
+        type=float,
+        default=1_000.0,
+        help="events/s of event time on the check stream (low, so it spans several windows)",
+    )
     ap.add_argument("--json", type=Path, default=Path("runs/bench/throughput.json"))
     ap.add_argument("--work-dir", type=Path, default=Path("runs/bench/work"))
-    ap.add_argument("--explain", type=Path, default=None,
-                    help="also write df.explain() of (a), (b) and (c) per query to DIR/<query>_<variant>.txt")
+    ap.add_argument(
+        "--explain",
+        type=Path,
+        default=None,
+        help="also write df.explain() of (a), (b) and (c) per query to DIR/<query>_<variant>.txt",
+    )
     args = ap.parse_args(argv)
     args.queries = [q.strip().lower() for q in args.queries.split(",") if q.strip()]
     unknown = [q for q in args.queries if q not in NATIVE_QUERIES]
@@ -339,8 +345,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     work: Path = args.work_dir
     work.mkdir(parents=True, exist_ok=True)
     bench_gen = GeneratorConfig(seed=args.seed, events=args.events, schedule=RateSchedule.constant(args.rate))
-    check_gen = GeneratorConfig(seed=args.seed, events=args.check_events,
-                                schedule=RateSchedule.constant(args.check_rate))
+    check_gen = GeneratorConfig(
+        seed=args.seed, events=args.check_events, schedule=RateSchedule.constant(args.check_rate)
+    )
     check_batch = max(1, args.check_events // 5)
     started = time.time()
     results: dict[str, dict[str, Any]] = {}
@@ -351,11 +358,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             console.print(f"{r_ms:.3f} ms; check on {args.check_events:,} events ...", end=" ")
             status = check_query(spark, q, check_gen, params, sc, work, check_batch)
             console.print(status)
-            plans = physical_plans(spark, RunConfig(query=q, generator=bench_gen, output=work / "unused",
-                                                    params=params, spark=sc))
+            plans = physical_plans(
+                spark,
+                RunConfig(query=q, generator=bench_gen, output=work / "unused", params=params, spark=sc),
+            )
             same = {o: normalized(plans["a"]) == normalized(plans[o]) for o in ("b", "c")}
-            results[q] = {"rewrite_ms": r_ms, "check": status, "same_plan": same,
-                          "runs": {v: [] for v in VARIANTS}}
+            results[q] = {
+                "rewrite_ms": r_ms,
+                "check": status,
+                "same_plan": same,
+                "runs": {v: [] for v in VARIANTS},
+            }
             if args.explain is not None:
                 args.explain.mkdir(parents=True, exist_ok=True)
                 for v, text in plans.items():
@@ -364,24 +377,46 @@ def main(argv: Sequence[str] | None = None) -> int:
             for r in range(args.repeats):
                 line = []
                 for v in round_order(r, args.fixed_order):
-                    cfg = RunConfig(query=q, generator=bench_gen, output=work / f"{q}_{v}", params=params,
-                                    max_events_per_batch=args.batch_events, spark=sc, plain=(v == "b"))
+                    cfg = RunConfig(
+                        query=q,
+                        generator=bench_gen,
+                        output=work / f"{q}_{v}",
+                        params=params,
+                        max_events_per_batch=args.batch_events,
+                        spark=sc,
+                        plain=(v == "b"),
+                    )
                     m = run_variant(spark, v, cfg)
                     results[q]["runs"][v].append(m)
                     line.append(f"{v}={m.events_per_s:,.0f}/s ({m.batches} batches)")
                     if m.batches < MIN_MEASURED_BATCHES:
-                        console.print(f"[yellow]warning: {q} {v} had only {m.batches} measured batches; "
-                                      "raise --events[/yellow]")
+                        console.print(
+                            f"[yellow]warning: {q} {v} had only {m.batches} measured batches; "
+                            "raise --events[/yellow]"
+                        )
                 console.print(f"{q} round {r + 1}/{args.repeats}: " + "  ".join(line))
     finally:
         spark.stop()
     elapsed = time.time() - started
 
-    table = Table(title=f"events/s, Spark local[1], shuffle partitions {args.shuffle_partitions}, "
-                        f"{args.events:,} events, {args.batch_events:,}/batch, median of {args.repeats}")
+    table = Table(
+        title=f"events/s, Spark local[1], shuffle partitions {args.shuffle_partitions}, "
+        f"{args.events:,} events, {args.batch_events:,}/batch, median of {args.repeats}"
+    )
     left = ("query", "plan a vs b / c", "(c),(b) vs (a)")
-    for name in ("query", "(a) ours", "(b) plain", "(c) native", "a/b", "a/c", "a/b per round",
-                 "a/c per round", "plan a vs b / c", "rewrite ms", "(c),(b) vs (a)"):
+    for name in (
+        "query",
+        "(a) ours",
+        "(b) plain",
+        "(c) native",
+        "a/b",
+        "a/c",
+        "a/b per round",
+        "a/c per round",
+        "plan a vs b / c",
+        "rewrite ms",
+        "(c),(b) vs (a)",
+    ):
         table.add_column(name, justify="left" if name in left else "right")
     report: dict[str, Any] = {
         "method": METHOD,
@@ -400,8 +435,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         runs: dict[str, list[Measurement]] = res["runs"]
         med = {v: statistics.median(m.events_per_s for m in runs[v]) for v in VARIANTS}
         paired = {
-            f"a/{o}": [_ratio(a.events_per_s, x.events_per_s)
-                      for a, x in zip(runs["a"], runs[o], strict=True)]
+            f"a/{o}": [
+                _ratio(a.events_per_s, x.events_per_s) for a, x in zip(runs["a"], runs[o], strict=True)
+            ]
             for o in ("b", "c")
         }
         ab, ac = _ratio(med["a"], med["b"]), _ratio(med["a"], med["c"])
@@ -411,9 +447,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         plan_text = " / ".join("same" if res["same_plan"][o] else "differs" for o in ("b", "c"))
         table.add_row(
-            q, f"{med['a']:,.0f}", f"{med['b']:,.0f}", f"{med['c']:,.0f}", f"{ab:.3f}", f"{ac:.3f}",
-            rounds(paired["a/b"]), rounds(paired["a/c"]), plan_text,
-            f"{res['rewrite_ms']:.3f}", res["check"].splitlines()[0],
+            q,
+            f"{med['a']:,.0f}",
+            f"{med['b']:,.0f}",
+            f"{med['c']:,.0f}",
+            f"{ab:.3f}",
+            f"{ac:.3f}",
+            rounds(paired["a/b"]),
+            rounds(paired["a/c"]),
+            plan_text,
+            f"{res['rewrite_ms']:.3f}",
+            res["check"].splitlines()[0],
         )
         report["queries"][q] = {
             "events_per_s": {v: round(med[v], 1) for v in VARIANTS},
@@ -423,14 +467,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             "same_physical_plan": {f"a_vs_{o}": res["same_plan"][o] for o in ("b", "c")},
             "rewrite_ms": round(res["rewrite_ms"], 4),
             "check": res["check"],
-            "runs": {v: [{**asdict(m), "events_per_s": round(m.events_per_s, 1)} for m in runs[v]]
-                     for v in VARIANTS},
+            "runs": {
+                v: [{**asdict(m), "events_per_s": round(m.events_per_s, 1)} for m in runs[v]]
+                for v in VARIANTS
+            },
         }
     console.print(table)
     console.print("variants: " + "; ".join(f"({v}) {n}" for v, n in VARIANT_NAMES.items()))
     console.print(f"method: {METHOD}")
-    console.print("a/b, a/c: ratios of the medians; per round: median \\[min-max] of the ratios within one "
-                  "round; plan: df.explain() of (a) equal to (b)'s / (c)'s up to expression ids")
+    console.print(
+        "a/b, a/c: ratios of the medians; per round: median \\[min-max] of the ratios within one "
+        "round; plan: df.explain() of (a) equal to (b)'s / (c)'s up to expression ids"
+    )
     console.print(f"rewrite ms: median of 1000 rewrite(plan) calls; total bench time {elapsed:.0f} s")
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(report, indent=2) + "\n")

@@ -115,59 +115,19 @@ def run_query(config: RunConfig, progress: Callable[[dict], None] | None = None)
     sources = nexmark_sources(spark, config, pace_origin=started)
     sinks = lower_plain(logical, sources) if config.plain else lower_rewritten(rewritten, sources)
     (sink_df,) = sinks.values()
-    query = (
-        sink_df.writeStream.format("parquet")
-        .option("path", str(out))
-        .option("checkpointLocation", str(out / "_checkpoint"))
-        .outputMode("append")
-        .trigger(processingTime="0 seconds")
-        .queryName(f"sponge_{config.query}_{int(started)}")
-        .start()
-    )
-    total = config.generator.events + 1  # the punctuation sits at offset `events`
     n_sources = len([n for n in logical.nodes if isinstance(n.op, Source)])
-    seen: dict[int, dict] = {}
-
-    def at_end(source: dict) -> bool:
-        """The source has delivered its punctuation: the generator's last offset is `events + 1`; a
-        bounded file source reports its last one (file count + 1) as latestOffset."""
-        end = json.loads(source["endOffset"] or "{}")
-        if "files" in end:
-            latest = json.loads(source.get("latestOffset") or "{}")
-            return "files" in latest and end["files"] >= latest["files"]
-        return end.get("event", 0) >= total
-
-    def collect() -> bool:
-        """Record new epochs; True once every source has committed its last offset."""
-        for p in query.recentProgress:
-            if p["batchId"] not in seen and p["numInputRows"] is not None and "addBatch" in p["durationMs"]:
-                seen[p["batchId"]] = p
-                if progress:
-                    progress(p)
-        last = query.lastProgress
-        return (
-            bool(last)
-            and len(last["sources"]) == n_sources
-            and all(at_end(s) for s in last["sources"])
-        )
-
-    try:
-        while not collect():
-            if query.exception() is not None:
-                raise SpongeError(f"the streaming query failed: {str(query.exception()).splitlines()[0]}")
-            if time.time() - started > config.timeout_s:
-                raise SpongeError(
-                    f"the query did not finish in {config.timeout_s:.0f}s",
-                    hint="raise the timeout or lower --events",
-                )
-            time.sleep(0.05)
-        # Runs the no-data epoch that applies the end-of-stream watermark and closes the last windows.
-        query.processAllAvailable()
-        collect()
-    finally:
-        query.stop()
-    records_in = sum(p["numInputRows"] for p in seen.values()) - n_sources  # minus the punctuation rows
-    epochs = len(seen)
+    epochs_progress = stream_to_end(
+        sink_df,
+        out,
+        f"sponge_{config.query}_{int(started)}",
+        n_sources,
+        config.generator.events,
+        timeout_s=config.timeout_s,
+        started=started,
+        progress=progress,
+    )
+    records_in = sum(p["numInputRows"] for p in epochs_progress) - n_sources  # minus the punctuation rows
+    epochs = len(epochs_progress)
     wall_s = time.time() - started
     events = records_in if config.input is not None else config.generator.events
     summary = {
@@ -188,3 +148,68 @@ def run_query(config: RunConfig, progress: Callable[[dict], None] | None = None)
         summary["dead_letter"] = dead_letter_summary(out / DEAD_LETTER_DIR)
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
+
+
+def stream_to_end(
+    df,
+    out: Path,
+    name: str,
+    n_sources: int,
+    events: int,
+    *,
+    timeout_s: float,
+    started: float,
+    progress: Callable[[dict], None] | None = None,
+) -> list[dict]:
+    """Stream `df` into Parquet under `out` until every source has delivered its punctuation and
+    the closing no-data epoch has run; return the progress of every epoch that read data.
+
+    Shared by run_query and the benchmark's hand-written queries, so both end the same way.
+    """
+    query = (
+        df.writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(out / "_checkpoint"))
+        .outputMode("append")
+        .trigger(processingTime="0 seconds")
+        .queryName(name)
+        .start()
+    )
+    total = events + 1  # the punctuation sits at offset `events`
+    seen: dict[int, dict] = {}
+
+    def at_end(source: dict) -> bool:
+        """The source has delivered its punctuation: the generator's last offset is `events + 1`; a
+        bounded file source reports its last one (file count + 1) as latestOffset."""
+        end = json.loads(source["endOffset"] or "{}")
+        if "files" in end:
+            latest = json.loads(source.get("latestOffset") or "{}")
+            return "files" in latest and end["files"] >= latest["files"]
+        return end.get("event", 0) >= total
+
+    def collect() -> bool:
+        """Record new epochs; True once every source has committed its last offset."""
+        for p in query.recentProgress:
+            if p["batchId"] not in seen and p["numInputRows"] is not None and "addBatch" in p["durationMs"]:
+                seen[p["batchId"]] = p
+                if progress:
+                    progress(p)
+        last = query.lastProgress
+        return bool(last) and len(last["sources"]) == n_sources and all(at_end(s) for s in last["sources"])
+
+    try:
+        while not collect():
+            if query.exception() is not None:
+                raise SpongeError(f"the streaming query failed: {str(query.exception()).splitlines()[0]}")
+            if time.time() - started > timeout_s:
+                raise SpongeError(
+                    f"the query did not finish in {timeout_s:.0f}s",
+                    hint="raise the timeout or lower --events",
+                )
+            time.sleep(0.05)
+        # Runs the no-data epoch that applies the end-of-stream watermark and closes the last windows.
+        query.processAllAvailable()
+        collect()
+    finally:
+        query.stop()
+    return list(seen.values())
