@@ -1,0 +1,124 @@
+"""`--inject` fault specs: parsed once at the edge, then handed to whoever makes the fault happen.
+
+Why one parser for all kinds: the CLI, the VM agent (`python -m router.agent --inject ...`) and the
+tests must agree on the spelling, the defaults and the error for a typo. Each kind is made to happen
+by the component that owns the victim:
+
+| kind            | who injects it     | what happens                                                    |
+|-----------------|--------------------|-----------------------------------------------------------------|
+| kill-worker     | VM agent           | every `every`, one worker process is killed mid-work             |
+| throttle        | VM agent (invoker) | a `share` of invokes fails with Lambda's throttling error        |
+| slow-worker     | VM agent -> worker | a `share` of chunks stalls `delay` on its worker (past timeouts) |
+| agent-restart   | runner             | the agent process is killed at `at` and started again           |
+| task-failure    | Spark source tasks | a `share` of source tasks fails its first attempt               |
+| query-restart   | runner             | the streaming query stops at `at` and resumes from its checkpoint |
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from core.errors import ConfigError
+
+KILL_WORKER = "kill-worker"
+THROTTLE = "throttle"
+SLOW_WORKER = "slow-worker"
+AGENT_RESTART = "agent-restart"
+TASK_FAILURE = "task-failure"
+QUERY_RESTART = "query-restart"
+
+# kind -> {parameter: default (None = required)}; "share" is a fraction, the others durations.
+KINDS: dict[str, dict[str, str | None]] = {
+    KILL_WORKER: {"every": None},
+    THROTTLE: {"share": None},
+    SLOW_WORKER: {"share": None, "delay": "30s"},
+    AGENT_RESTART: {"at": None},
+    TASK_FAILURE: {"share": None},
+    QUERY_RESTART: {"at": None},
+}
+AGENT_KINDS = (KILL_WORKER, THROTTLE, SLOW_WORKER)
+EXAMPLES = (
+    "kill-worker:every=2s",
+    "throttle:share=0.2",
+    "slow-worker:share=0.1,delay=30s",
+    "agent-restart:at=10s",
+    "task-failure:share=0.05",
+    "query-restart:at=15s",
+)
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m)?\s*$")
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, None: 1.0}
+
+
+def parse_duration(text: str, what: str = "duration") -> float:
+    """Seconds from '2s', '500ms', '1.5m' or a bare number of seconds."""
+    m = _DURATION.match(text)
+    if not m:
+        raise ConfigError(f"{what} {text!r} is not a duration", hint="write e.g. 2s, 500ms or 1m")
+    return float(m.group(1)) * _UNIT_S[m.group(2)]
+
+
+@dataclass(frozen=True)
+class FaultSpec:
+    """One `KIND:key=value[,key=value]`, validated: `params` holds seconds and fractions as floats."""
+
+    kind: str
+    params: tuple[tuple[str, float], ...]
+
+    def __getitem__(self, name: str) -> float:
+        return dict(self.params)[name]
+
+    @classmethod
+    def parse(cls, text: str) -> FaultSpec:
+        kind, _, rest = text.strip().partition(":")
+        kind = kind.strip().lower()
+        if kind not in KINDS:
+            raise ConfigError(
+                f"unknown fault kind {kind!r} in --inject {text!r}",
+                hint=f"use one of {', '.join(KINDS)}, e.g. {EXAMPLES[0]}",
+            )
+        given: dict[str, str] = {}
+        for part in filter(None, (p.strip() for p in rest.split(","))):
+            key, eq, value = part.partition("=")
+            key = key.strip().lower()
+            if not eq or key not in KINDS[kind]:
+                raise ConfigError(
+                    f"--inject {text!r}: {part!r} is not a parameter of {kind}",
+                    hint=f"{kind} takes {', '.join(f'{k}=...' for k in KINDS[kind])}",
+                )
+            given[key] = value.strip()
+        params: list[tuple[str, float]] = []
+        for key, default in KINDS[kind].items():
+            value = given.get(key, default)
+            if value is None:
+                example = next(e for e in EXAMPLES if e.startswith(kind))
+                raise ConfigError(f"--inject {text!r} lacks {key}=", hint=f"write e.g. {example}")
+            params.append((key, _share(value, text) if key == "share" else parse_duration(value, key)))
+        spec = cls(kind, tuple(params))
+        if kind == KILL_WORKER and spec["every"] <= 0:
+            raise ConfigError(f"--inject {text!r}: every must be positive")
+        return spec
+
+    def text(self) -> str:
+        """The canonical spelling, which parses back to an equal spec (passed on to the agent)."""
+        body = ",".join(f"{k}={v:g}" if k == "share" else f"{k}={v:g}s" for k, v in self.params)
+        return f"{self.kind}:{body}"
+
+
+def _share(value: str, text: str) -> float:
+    try:
+        share = float(value)
+    except ValueError:
+        share = -1.0
+    if not 0.0 <= share <= 1.0:
+        raise ConfigError(f"--inject {text!r}: share {value!r} is not in [0, 1]", hint="write e.g. share=0.2")
+    return share
+
+
+def parse_all(texts: Iterable[str]) -> tuple[FaultSpec, ...]:
+    return tuple(FaultSpec.parse(t) for t in texts)
+
+
+def of_kind(specs: Iterable[FaultSpec], kind: str) -> list[FaultSpec]:
+    return [s for s in specs if s.kind == kind]
