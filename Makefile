@@ -47,5 +47,8 @@ lint: setup
 bench: setup
 	$(BIN)/python -m bench.throughput
 
+bench-offload: setup
+	$(BIN)/python -m bench.offload
+
 clean:
 	rm -rf $(VENV) runs .pytest_cache .hypothesis
