@@ -18,12 +18,13 @@ the queue and (on timeout) its stream. The dispatcher knows nothing of gRPC: a w
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from core.errors import ConfigError, SpongeError
@@ -171,7 +172,10 @@ class Dispatcher:
             self.counters.add(stats.CHUNKS_FAILED)
             _fail(task, ChunkFailed(type(e).__name__, str(e)))
             return
+        # Counted before the future resolves (a waiter may read the counters at once); a chunk sent home
+        # is in no queue any more, so nothing else can resolve it: counted exactly once.
         self.counters.add(stats.CHUNKS_DONE)
+        self.counters.add(stats.RECORDS_RUN_LOCALLY, outcome.rows_in)
         _resolve(task, outcome)
 
     # ---- workers ----
@@ -228,7 +232,9 @@ class Dispatcher:
                 self._pump()
                 return
             outcome = ChunkOutcome(payload, worker_id, False, task.redispatches, rows_in, rows_out, crc)
+            # _owned took the chunk out of flight under the lock: only this call resolves it.
             self.counters.add(stats.CHUNKS_DONE)
+            self.counters.add(stats.RECORDS_OFFLOADED, rows_in)
             self._pump()
         _resolve(task, outcome)
 
@@ -275,6 +281,14 @@ class Dispatcher:
             head = self._pending[0] if self._pending else None
             return len(self._pending) + len(self._inflight), len(self._workers), head
 
+    def workers(self) -> list[tuple[str, int | None]]:
+        """(worker id, chunk id it holds or None) of every connected worker, in connection order."""
+        with self._lock:
+            return [
+                (wid, link.current.chunk_id if link.current is not None else None)
+                for wid, link in self._workers.items()
+            ]
+
     def gauges(self) -> dict[str, int]:
         with self._lock:
             return {
@@ -300,9 +314,11 @@ class Dispatcher:
 
 def _resolve(task: ChunkTask, outcome: ChunkOutcome) -> None:
     if not task.future.done():
-        task.future.set_result(outcome)
+        with contextlib.suppress(InvalidStateError):  # failed meanwhile by close()
+            task.future.set_result(outcome)
 
 
 def _fail(task: ChunkTask, error: BaseException) -> None:
     if not task.future.done():
-        task.future.set_exception(error)
+        with contextlib.suppress(InvalidStateError):  # resolved meanwhile: the result stands
+            task.future.set_exception(error)

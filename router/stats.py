@@ -26,6 +26,13 @@ WORKER_FAILURES = "worker_failures"
 CHUNK_TIMEOUTS = "chunk_timeouts"
 LATE_RESULTS = "late_results"
 CORRUPT_RESULTS = "corrupt_results"
+RECORDS_OFFLOADED = "records_offloaded"
+"""Rows in of the chunks whose result came from a worker (once per chunk)."""
+RECORDS_RUN_LOCALLY = "records_run_locally"
+"""Rows in of the chunks the agent ran itself (no worker, too many tries, or a worker's Failure)."""
+INJECTED_KILL_WORKER = "injected_kill_worker"
+INJECTED_THROTTLE = "injected_throttle"
+INJECTED_SLOW_WORKER = "injected_slow_worker"
 
 ALL = (
     WORKERS_STARTED,
@@ -46,6 +53,11 @@ ALL = (
     CHUNK_TIMEOUTS,
     LATE_RESULTS,
     CORRUPT_RESULTS,
+    RECORDS_OFFLOADED,
+    RECORDS_RUN_LOCALLY,
+    INJECTED_KILL_WORKER,
+    INJECTED_THROTTLE,
+    INJECTED_SLOW_WORKER,
 )
 
 

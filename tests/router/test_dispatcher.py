@@ -178,3 +178,25 @@ def test_demand_counts_waiting_and_running_chunks() -> None:
         d.submit(_task(i))
     wanted, connected, head = d.demand()
     assert (wanted, connected) == (3, 1) and head is not None and head.chunk_id == 1
+
+
+def test_records_are_counted_once_where_their_chunk_ran() -> None:
+    d, c = _dispatcher(max_dispatches=1)
+    a = FakeLink("a")
+    d.attach(a)
+    offloaded, home = _task(1), _task(2)
+    d.submit(offloaded)
+    _result(d, a, offloaded)  # rows_in=10 from a worker
+    _result(d, a, offloaded, b"duplicate")
+    d.submit(home)
+    d.detach("a")  # its only dispatch is used up: it runs in the agent (rows_in=1)
+    assert home.future.result(5).ran_locally
+    assert c.get(stats.RECORDS_OFFLOADED) == 10 and c.get(stats.RECORDS_RUN_LOCALLY) == 1
+
+
+def test_workers_shows_who_holds_what() -> None:
+    d, _ = _dispatcher()
+    d.attach(FakeLink("a"))
+    d.attach(FakeLink("b"))
+    d.submit(_task(5))
+    assert d.workers() == [("a", 5), ("b", None)]
