@@ -41,10 +41,47 @@ class LocalLambdaContext:
         return max(0, self._deadline_ms - int(time.time() * 1000))
 
 
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Make sure this process does not outlive `parent_pid` (the agent that owns the fleet).
+
+    Why: an agent that is SIGKILLed cannot kill its workers, and a worker busy in a chunk (or stalled)
+    would not notice its stream is gone: it would hold a CPU and its memory until its deadline. On Linux
+    the kernel SIGKILLs us when the parent (thread) dies (PR_SET_PDEATHSIG); elsewhere a watcher thread
+    polls for it. Checked once right away too: the parent may have died before we got here.
+    """
+    if parent_pid <= 0:
+        return
+    armed = False
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            armed = libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0
+        except (OSError, AttributeError):
+            armed = False
+    if os.getppid() != parent_pid:
+        os._exit(1)
+    if not armed:
+        import threading
+
+        def watch() -> None:
+            while os.getppid() == parent_pid:
+                time.sleep(0.25)
+            os._exit(1)
+
+        threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description="Sponge embedded Lambda execution environment")
     p.add_argument("--function-name", default="sponge-worker")
     p.add_argument("--memory-mb", type=int, default=1769)
+    p.add_argument("--parent-pid", type=int, default=0, help="exit when this process (the fleet's) dies")
     p.add_argument("--fault-delay-s", type=float, default=0.0, help="tests: sleep this long in every chunk")
     p.add_argument("--fault-crash-in-chunk", type=int, default=0, help="tests: exit while processing chunk N")
     p.add_argument("--fault-stall-s", type=float, default=0.0, help="tests: hang before dialing the agent")
@@ -53,6 +90,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
+    die_with_parent(args.parent_pid)
     replies = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # stdout now goes to stderr: logs and metrics never corrupt the reply channel
     started = time.monotonic()

@@ -206,6 +206,10 @@ class WorkerSession:
                 os._exit(137)
             if self.faults.delay_s:
                 time.sleep(self.faults.delay_s)
+            if chunk.delay_s > 0:
+                # The agent's `--inject slow-worker`: stall like a stuck worker (deaf to the stream and the
+                # deadline), so the agent's chunk timeout or the function timeout has to recover the chunk.
+                time.sleep(chunk.delay_s)
             program = self.programs.get_json(chunk.program_id, chunk.program)
             table = decode(chunk.payload)
             out = program.run_table(table)

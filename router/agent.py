@@ -11,10 +11,14 @@ the fleet, the in-flight chunks and the result cache must outlive any one task. 
 * owns the fleet through an `Invoker` (router/invoker.py) and the chunk life cycle through the
   `Dispatcher` (router/dispatcher.py): upstream backup, re-dispatch, local fallback.
 
-    python -m router.agent --port 0 --secret-file /path/secret --invoker embedded --max-workers 4
+    python -m router.agent --port 0 --secret-file /path/secret --invoker embedded --max-workers 4 \
+        [--inject kill-worker:every=2s] [--inject throttle:share=0.2] \
+        [--inject slow-worker:share=0.1,delay=30s]
 
 prints one JSON line {"event": "listening", "port": ..., "address": ..., "session_id": ...} and
-serves until SIGTERM or SIGINT. `AgentServer` is the same thing in-process (tests, the drills).
+serves until SIGTERM or SIGINT, then prints {"event": "stopped", ...counters}. `--inject` makes the
+agent cause the named faults itself (router/faults.py), for drills of the recovery paths.
+`AgentServer` is the same thing in-process (tests, the drills).
 """
 
 from __future__ import annotations
@@ -27,17 +31,19 @@ import secrets
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from core.errors import ConfigError, SpongeError
+from core.fault_spec import FaultSpec, parse_all
 from lambda_worker.arrow_ipc import checksum, decode, encode
 from lambda_worker.program import ProgramCache, ProgramSpec
 from router import stats
 from router.dispatcher import ChunkFailed, ChunkOutcome, ChunkTask, DispatchConfig, Dispatcher, WorkerLink
+from router.faults import AgentFaults, check_agent_faults, check_can_kill
 from router.fleet import FleetConfig, FleetManager
 from router.invoker import Invoker, make_invoker
 from router.protocol import (
@@ -60,6 +66,8 @@ class AgentConfig:
 
     `advertise_address` is what workers dial (the VM's address in the Lambda's VPC); it defaults to
     host:port. `hello_timeout_s`: a connection that does not introduce itself by then is closed.
+    `faults`: what the agent injects (kill-worker, throttle, slow-worker only); `fault_seed` seeds the
+    share-based ones, so a drill repeats its sequence of decisions.
     """
 
     secret: bytes
@@ -74,8 +82,11 @@ class AgentConfig:
     tick_s: float = 0.05
     grpc_threads: int = 64
     compression: str = "zstd"
+    faults: tuple[FaultSpec, ...] = ()
+    fault_seed: int = 1
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "faults", check_agent_faults(self.faults))
         if not isinstance(self.secret, bytes) or len(self.secret) < MIN_SECRET_BYTES:
             raise ConfigError(
                 f"the session secret must be at least {MIN_SECRET_BYTES} bytes",
@@ -137,10 +148,11 @@ _CLOSE = object()
 class _StreamLink(WorkerLink):
     """A worker's gRPC stream: chunks and drains go into the queue its response generator drains."""
 
-    def __init__(self, worker_id: str, agent_pb2: Any) -> None:
+    def __init__(self, worker_id: str, agent_pb2: Any, delay_for: Callable[[ChunkTask], float]) -> None:
         super().__init__(worker_id)
         self.outbox: queue.Queue[Any] = queue.Queue()
         self._pb = agent_pb2
+        self._delay_for = delay_for
 
     def send_chunk(self, task: ChunkTask) -> None:
         chunk = self._pb.Chunk(
@@ -149,6 +161,7 @@ class _StreamLink(WorkerLink):
             program_id=task.program_id,
             payload=task.payload,
             program=task.program_json,
+            delay_s=self._delay_for(task),
         )
         self.outbox.put(self._pb.AgentMessage(chunk=chunk))
 
@@ -163,6 +176,8 @@ class AgentServer:
     """The agent in-process: `start()` binds and returns the port, `stop()` drains and shuts down."""
 
     def __init__(self, config: AgentConfig, invoker: Invoker | None) -> None:
+        """`invoker` is the fleet's backend (None: no fleet); `config.faults` decorate it (ConfigError if
+        kill-worker is asked of a backend that cannot kill). `self.invoker` stays the undecorated backend."""
         if invoker is None:  # no fleet: no worker will ever come, so never wait for one
             config = dataclasses.replace(
                 config, dispatch=dataclasses.replace(config.dispatch, local_fallback_s=0.0)
@@ -170,6 +185,8 @@ class AgentServer:
         self.config = config
         self.invoker = invoker
         self.counters = stats.Counters()
+        self.faults = AgentFaults(config.faults, self.counters, config.fault_seed)
+        self._fleet_invoker = self.faults.invoker(invoker)
         self.programs = ProgramRegistry()
         self.dispatcher = Dispatcher(config.dispatch, self.counters, self._run_local)
         self.cache = ResultCache(config.result_cache_bytes, lambda o: len(o.payload))
@@ -203,7 +220,7 @@ class AgentServer:
             )
         advertise = self.config.advertise_address or self.address
         self.fleet = FleetManager(
-            self.invoker,
+            self._fleet_invoker,
             self.config.fleet,
             session_id=self.config.session_id,
             session_secret=self.config.secret,
@@ -211,6 +228,7 @@ class AgentServer:
             counters=self.counters,
         )
         self._server.start()
+        self.faults.start(self._fleet_invoker, self.dispatcher.workers)
         self._ticker = threading.Thread(target=self._tick_loop, name="agent-tick", daemon=True)
         self._ticker.start()
         return self.port
@@ -235,6 +253,7 @@ class AgentServer:
     def _tick_loop(self) -> None:
         while not self._stop.wait(self.config.tick_s):
             try:
+                self.faults.tick()
                 self.dispatcher.tick()
                 self._scale()
             except Exception as e:  # the watchdog must survive anything
@@ -313,6 +332,10 @@ class _Servicer:
         except ConfigError as e:
             context.abort(self.grpc.StatusCode.INVALID_ARGUMENT, e.one_line())
         remaining = context.time_remaining()
+        if remaining is not None:
+            # Answer "not done yet" a little before the caller's deadline, so it gets this status (and
+            # retries) rather than racing its own DEADLINE_EXCEEDED.
+            remaining = max(0.0, remaining - min(0.5, remaining / 10))
         try:
             outcome: ChunkOutcome = fut.result(timeout=remaining)
         except futures.TimeoutError:
@@ -382,7 +405,7 @@ class _Servicer:
         agent.counters.add(stats.WORKERS_CONNECTED)
         if hello.cold_start:
             agent.counters.add(stats.COLD_STARTS)
-        link = _StreamLink(hello.worker_id, self.pb2)
+        link = _StreamLink(hello.worker_id, self.pb2, agent.faults.chunk_delay)
         context.add_callback(link.close)
         threading.Thread(
             target=self._read_worker,
@@ -441,6 +464,14 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--local-fallback-s", type=float, default=2.0)
     p.add_argument("--idle-timeout-s", type=float, default=10.0)
     p.add_argument("--worker-log", default=None, help="embedded fleet: file for the workers' logs")
+    p.add_argument(
+        "--inject",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="a fault for the agent to cause, repeatable: kill-worker:every=2s, throttle:share=0.2, "
+        "slow-worker:share=0.1,delay=30s (kill-worker needs --invoker embedded)",
+    )
     return p.parse_args(argv)
 
 
@@ -480,10 +511,20 @@ def main(argv: list[str] | None = None) -> int:
                 idle_timeout_s=args.idle_timeout_s,
                 safety_margin_s=min(2.0, args.function_timeout_s / 4),
             ),
+            faults=parse_all(args.inject),
         )
-        agent = AgentServer(config, _invoker_from_args(args))
+        check_can_kill(config.faults, can_kill=args.invoker == "embedded")
+    except SpongeError as e:  # before any backend is built: a typo must not start processes or clients
+        print(f"error: {e.one_line()}", file=sys.stderr)
+        return 2
+    invoker: Invoker | None = None
+    try:
+        invoker = _invoker_from_args(args)
+        agent = AgentServer(config, invoker)
         port = agent.start()
     except SpongeError as e:
+        if invoker is not None:
+            invoker.close()
         print(f"error: {e.one_line()}", file=sys.stderr)
         return 2
     done = threading.Event()

@@ -13,6 +13,11 @@ lambda_worker/local_runtime.py, and the fleet reproduces what an AWS caller has 
 * crashes: a process that dies mid-invocation fails it with the exit code.
 
 Invocations are synchronous (RequestResponse-like): the handle resolves when the handler returns.
+`kill(worker_id)` SIGKILLs the process serving a worker's invocation (the agent's
+`--inject kill-worker`). The processes never outlive the fleet's process, even when it is SIGKILLed
+and cannot clean up: each asks the kernel to kill it when its parent dies (PR_SET_PDEATHSIG, see
+lambda_worker/local_runtime.py), and they are all started from one long-lived thread of the fleet,
+because Linux sends that signal when the *thread* that forked the child ends, not the process.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -123,6 +129,8 @@ class EnvironmentInfo:
     busy: bool
     alive: bool
     invocations: int
+    worker_id: str | None = None
+    """The worker whose invocation it is running now, if any."""
 
 
 class EmbeddedFleet(Invoker):
@@ -134,6 +142,10 @@ class EmbeddedFleet(Invoker):
         self._idle: list[_Environment] = []
         self._busy: set[_Environment] = set()
         self._all: list[_Environment] = []
+        self._serving: dict[str, _Environment] = {}  # worker id -> environment running its invocation
+        # The one thread that starts processes (see the module doc: their parent-death signal is tied to
+        # it); a ThreadPoolExecutor's worker thread lives until shutdown().
+        self._spawner = ThreadPoolExecutor(1, thread_name_prefix="env-spawner")
         self._ordinals = itertools.count()
         self._requests = itertools.count(1)
         self._closed = False
@@ -145,6 +157,7 @@ class EmbeddedFleet(Invoker):
             "throttled": 0,
             "timeouts": 0,
             "crashes": 0,
+            "killed": 0,
         }
 
     @property
@@ -184,6 +197,7 @@ class EmbeddedFleet(Invoker):
             c.function_name,
             "--memory-mb",
             str(c.memory_mb),
+            f"--parent-pid={os.getpid()}",
         ]
         faults = c.faults.get(ordinal)
         if faults is not None:
@@ -193,7 +207,8 @@ class EmbeddedFleet(Invoker):
                 f"--fault-stall-s={faults.stall_s}",
             ]
         cpus = c.cpus
-        proc = subprocess.Popen(
+        proc = self._spawner.submit(
+            subprocess.Popen,
             cmd,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -203,7 +218,7 @@ class EmbeddedFleet(Invoker):
             env=self._child_env(),
             cwd=str(PROJECT_ROOT),
             preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
-        )
+        ).result()
         env = _Environment(ordinal, proc)
         self._all.append(env)
         self.counters["environments_started"] += 1
@@ -240,7 +255,10 @@ class EmbeddedFleet(Invoker):
             self._busy.add(env)
             self.counters["invocations"] += 1
             request_id = f"local-{next(self._requests):06d}"
-        handle = InvokeHandle(str(descriptor.get("worker_id", request_id)))
+            worker_id = descriptor.get("worker_id")
+            if worker_id:
+                self._serving[str(worker_id)] = env
+        handle = InvokeHandle(str(worker_id or request_id))
         threading.Thread(
             target=self._invoke,
             args=(env, dict(descriptor), handle, request_id, cold),
@@ -305,15 +323,38 @@ class EmbeddedFleet(Invoker):
         finally:
             with self._lock:
                 self._busy.discard(env)
+                if self._serving.get(handle.worker_id) is env:
+                    del self._serving[handle.worker_id]
                 if keep and env.alive and not self._closed:
                     env.idle_since = time.monotonic()
                     self._idle.append(env)
 
+    @property
+    def can_kill(self) -> bool:
+        return True
+
+    def kill(self, worker_id: str) -> bool:
+        """SIGKILL the process running `worker_id`'s invocation, as a crash of the host would.
+
+        The invocation then fails like any crashed one ("Runtime exited with error"), and the agent
+        sees the worker's stream break. False if no live process is serving that worker now.
+        """
+        with self._lock:
+            env = self._serving.get(worker_id)
+            if env is None or not env.alive:
+                return False
+            self.counters["killed"] += 1
+        env.kill()
+        return True
+
     def environments(self) -> list[EnvironmentInfo]:
         """Every process started so far (tests use the pids to kill one mid-chunk)."""
         with self._lock:
+            serving = {id(e): wid for wid, e in self._serving.items()}
             return [
-                EnvironmentInfo(e.ordinal, e.proc.pid, e in self._busy, e.alive, e.invocations)
+                EnvironmentInfo(
+                    e.ordinal, e.proc.pid, e in self._busy, e.alive, e.invocations, serving.get(id(e))
+                )
                 for e in self._all
             ]
 
@@ -347,6 +388,7 @@ class EmbeddedFleet(Invoker):
                 with contextlib.suppress(OSError):
                     env.proc.stdin.close()
             env.kill()
+        self._spawner.shutdown(wait=False)
         if self._log is not None:
             self._log.close()
             self._log = None

@@ -1,10 +1,11 @@
 """The contract between the VM agent and a Lambda fleet: invoke a worker, learn how it went.
 
 Why so small: the agent must run the same way on the embedded fleet, on LocalStack and on AWS, so a
-backend fills in three things (`invoke_async`, `concurrency_limit`, `close`) and reports outcomes in
-two error classes every backend maps its own failures to. `Throttled` means "no capacity now, try
-later" (Lambda's 429 TooManyRequestsException, a reserved concurrency reached); `InvokeFailed` means
-the invocation itself went wrong (a function error, a timeout, a crash, a missing function).
+backend fills in three things (`invoke_async`, `concurrency_limit`, `close`; `kill`, for fault
+injection, is optional) and reports outcomes in two error classes every backend maps its own failures
+to. `Throttled` means "no capacity now, try later" (Lambda's 429 TooManyRequestsException, a
+reserved concurrency reached); `InvokeFailed` means the invocation itself went wrong (a function
+error, a timeout, a crash, a missing function).
 A backend is chosen at the edge by name (`make_invoker`), never deep in the code.
 """
 
@@ -100,6 +101,21 @@ class Invoker(ABC):
     @abstractmethod
     def close(self) -> None:
         """Release the backend's resources (processes, threads, connections); idempotent."""
+
+    # ---- optional: fault injection ----
+
+    @property
+    def can_kill(self) -> bool:
+        """Whether `kill` can reach a worker's process. Why optional: only a backend that owns its
+        execution environments (the embedded fleet) can; on AWS the agent cannot SIGKILL a Lambda."""
+        return False
+
+    def kill(self, worker_id: str) -> bool:
+        """SIGKILL the execution environment running `worker_id`'s invocation (`--inject kill-worker`).
+
+        True if a process was killed; False when there is none now or the backend cannot (see can_kill).
+        """
+        return False
 
     def __enter__(self) -> Invoker:
         return self
