@@ -49,6 +49,50 @@ SlideOpt = Annotated[
 ]
 
 
+OffloadShareOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--offload-share",
+        min=0.0,
+        max=1.0,
+        help="Share of records (0..1) routed to Lambda workers for the whole run; 0 routes but keeps "
+        "everything on the VMs. Without it the query runs with inactive routers.",
+    ),
+]
+WorkersOpt = Annotated[int, typer.Option("--workers", min=1, help="Lambda workers the agent may run.")]
+TargetOpt = Annotated[
+    str,
+    typer.Option(
+        "--target",
+        help="Where workers run: embedded (worker processes on this machine running the Lambda handler).",
+    ),
+]
+InjectOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--inject",
+        help="Inject a fault, KIND:key=value[,key=value]; repeat for several. Kinds: "
+        "kill-worker:every=2s (kill a busy worker every 2 s), throttle:share=0.2 (20% of invokes throttled), "
+        "slow-worker:share=0.1,delay=30s (10% of chunks stall 30 s on their worker), "
+        "agent-restart:at=10s (kill and restart the VM agent), task-failure:share=0.05 (5% of source "
+        "tasks fail once), query-restart:at=15s (stop the query and resume it from its checkpoint). "
+        "Needs --offload-share.",
+    ),
+]
+
+
+def _offload(share: float | None, workers: int, target: str, inject: list[str]):
+    from core.fault_spec import parse_all
+    from core.spark.offload_session import OffloadConfig
+
+    faults = parse_all(inject)
+    if share is None:
+        if faults:
+            raise ConfigError("--inject needs --offload-share", hint="add e.g. --offload-share 0.5")
+        return None
+    return OffloadConfig(share=share, workers=workers, target=target, faults=faults)
+
+
 @app.callback()
 def _root(
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks of unexpected failures.")] = False,
@@ -117,18 +161,30 @@ def run(
     window_size: WindowOpt = 10,
     window_slide: SlideOpt = 2,
     batch_events: Annotated[int, typer.Option(min=1, help="Most events per micro-batch (epoch).")] = 200_000,
-    master: Annotated[str, typer.Option(help="Spark master URL for the VM side.")] = "local[2]",
+    master: Annotated[
+        str, typer.Option(help="Spark master URL for the VM side; local[N,F] runs a failed task F times.")
+    ] = "local[2,4]",
     input_dir: Annotated[
         Path | None,
         typer.Option(
-            "--input", "-i", file_okay=False,
+            "--input",
+            "-i",
+            file_okay=False,
             help="Read events from DIR/{person,auction,bid}/*.jsonl instead of generating them (--events "
             "and --seed are then unused, --rate is refused). Bad lines go to OUTPUT/dead_letter and are "
             "counted in summary.json.",
         ),
     ] = None,
+    offload_share: OffloadShareOpt = None,
+    workers: WorkersOpt = 2,
+    target: TargetOpt = "embedded",
+    inject: InjectOpt = None,
 ) -> None:
-    """Stream EVENTS generated NEXMark events (or the JSONL events of --input) through QUERY on Spark."""
+    """Stream EVENTS generated NEXMark events (or the JSONL events of --input) through QUERY on Spark.
+
+    With --offload-share F, a share F of the records is routed to Lambda workers (transient
+    operators) through the VM agent, and their results are merged back into Spark's state.
+    """
     from core.spark.runner import RunConfig, run_query
     from core.spark.session import SparkConfig
 
@@ -141,6 +197,7 @@ def run(
         max_events_per_batch=batch_events,
         spark=SparkConfig(master=master),
         input=input_dir,
+        offload=_offload(offload_share, workers, target, inject or []),
     )
     _check_query(query)
     what = f"the events of {input_dir}" if input_dir is not None else f"{events:,} events"
@@ -189,8 +246,13 @@ def drill(
     events: EventsOpt = 200_000,
     seed: SeedOpt = 0,
     report: Annotated[Path, typer.Option(help="Where results go.")] = Path("runs/drill"),
+    offload_share: Annotated[
+        float, typer.Option("--offload-share", min=0.0, max=1.0, help="Share of records sent to workers.")
+    ] = 0.5,
+    workers: WorkersOpt = 2,
 ) -> None:
-    """Burst drill. Until the policy loop lands (issue 4) it runs QUERY end to end and checks it."""
+    """Burst drill. Until the policy loop lands (issue 4) it runs QUERY end to end with a pinned
+    offload share on embedded Lambda workers and checks the output against the batch reference."""
     from core.nexmark.reference import reference_for
     from core.results import diff_results, read_results
     from core.spark.runner import RunConfig, run_query
@@ -198,11 +260,19 @@ def drill(
     _check_query(query)
     out.print(
         f"[bold]sponge drill[/bold]: burst drills arrive with the policy loop; running {query} end to end "
-        f"on {events:,} events instead and checking it against the batch reference."
+        f"on {events:,} events instead, {offload_share:.0%} of them offloaded to {workers} Lambda workers, "
+        "and checking the output against the batch reference."
     )
     gen = _generator(events, seed, None)
     with err.status(f"streaming {query} ..."):
-        summary = run_query(RunConfig(query=query, generator=gen, output=report / query))
+        summary = run_query(
+            RunConfig(
+                query=query,
+                generator=gen,
+                output=report / query,
+                offload=_offload(offload_share, workers, "embedded", []),
+            )
+        )
     t = time.time()
     diff = diff_results(read_results(report / query), reference_for(query, gen, _params(10, 2)))
     out.print(json.dumps(summary, indent=2))
