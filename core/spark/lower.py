@@ -21,6 +21,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from core.errors import PlanError
+from core.offload_chains import PARTIAL, ROWS, OffloadChain
 from core.plan import (
     WINDOW,
     AggCall,
@@ -39,6 +40,7 @@ from core.plan import (
 )
 from core.rewrite import Kind, Placement, RewrittenPlan
 from core.spark.expr_spark import to_spark
+from merge import spark_merge
 
 SourceFactory = Callable[[Source], DataFrame]
 
@@ -108,40 +110,56 @@ def _trims(df: DataFrame, calls: list[AggCall]) -> DataFrame:
     return df
 
 
-def _agg_columns(aggs: tuple[AggCall, ...]) -> list[Column]:
-    cols = [_agg_expr(a).alias(a.out) for a in aggs]
-    cols += [F.max(to_spark(a.arg)).alias(f"_best_{a.out}") for a in aggs if a.fn == "max_with_ties"]
-    return cols
+def _agg_columns(aggs: tuple[AggCall, ...], partial: bool) -> list[Column]:
+    """The aggregates of `aggs` over records, or over partial rows (merge/spark_merge.py)."""
+    if partial:
+        cols = [spark_merge.merge_agg(a).alias(a.out) for a in aggs]
+        best = [spark_merge.merge_best(a).alias(f"_best_{a.out}") for a in aggs if a.fn == "max_with_ties"]
+    else:
+        cols = [_agg_expr(a).alias(a.out) for a in aggs]
+        best = [F.max(to_spark(a.arg)).alias(f"_best_{a.out}") for a in aggs if a.fn == "max_with_ties"]
+    return cols + best
 
 
-def _aggregate(df: DataFrame, op: WindowAggregate) -> DataFrame:
+def _aggregate(df: DataFrame, op: WindowAggregate, partial: bool = False) -> DataFrame:
     keys = [F.col(k) for k in op.keys]
     if op.window is None:
-        out = df.groupBy(*keys).agg(*_agg_columns(op.aggs))
+        out = df.groupBy(*keys).agg(*_agg_columns(op.aggs, partial))
     elif op.window.tumbling:
-        out = df.groupBy(_window_col(op.window).alias(WINDOW), *keys).agg(*_agg_columns(op.aggs))
+        out = df.groupBy(_window_col(op.window).alias(WINDOW), *keys).agg(*_agg_columns(op.aggs, partial))
     else:
-        out = _sliding_by_panes(df, op, keys)
+        out = _sliding_by_panes(df, op, keys, partial)
     return _trims(out, [a for a in op.aggs if a.fn in ("max_with_ties", "latest_n")])
 
 
-def _sliding_by_panes(df: DataFrame, op: WindowAggregate, keys: list[Column]) -> DataFrame:
+def merge_aggregate(local: DataFrame, workers: DataFrame, op: WindowAggregate) -> DataFrame:
+    """`op` over the VM's records and the workers' partial rows of the same epochs (the merge operator)."""
+    mine = spark_merge.local_partials(local, op)
+    theirs = spark_merge.worker_partials(workers, op, mine)
+    return _aggregate(mine.unionByName(theirs), op, partial=True)
+
+
+def _sliding_by_panes(df: DataFrame, op: WindowAggregate, keys: list[Column], partial: bool) -> DataFrame:
     assert op.window is not None
     pane_aggs, window_aggs = [], []
     for a in op.aggs:
-        if a.fn == "avg":
+        if a.fn not in ("avg", *_PANE_PARTIAL):
+            raise PlanError(
+                f"aggregate {a.fn} is not supported on sliding windows", hint="use a tumbling window"
+            )
+        if partial:
+            pane_aggs += spark_merge.merge_pane_aggs(a)
+        elif a.fn == "avg":
             pane_aggs += [
                 F.sum(to_spark(a.arg)).alias(f"_{a.out}_s"),
                 F.count(to_spark(a.arg)).alias(f"_{a.out}_n"),
             ]
-            window_aggs.append((F.sum(f"_{a.out}_s") / F.sum(f"_{a.out}_n")).alias(a.out))
-        elif a.fn in _PANE_PARTIAL:
-            pane_aggs.append(_agg_expr(a).alias(a.out))
-            window_aggs.append(getattr(F, _PANE_PARTIAL[a.fn])(F.col(a.out)).alias(a.out))
         else:
-            raise PlanError(
-                f"aggregate {a.fn} is not supported on sliding windows", hint="use a tumbling window"
-            )
+            pane_aggs.append(_agg_expr(a).alias(a.out))
+        if a.fn == "avg":
+            window_aggs.append((F.sum(f"_{a.out}_s") / F.sum(f"_{a.out}_n")).alias(a.out))
+        else:
+            window_aggs.append(getattr(F, _PANE_PARTIAL[a.fn])(F.col(a.out)).alias(a.out))
     pane = F.window(F.col(op.window.on), _secs(op.window.slide_s)).alias("_pane")
     panes = df.groupBy(pane, *keys).agg(*pane_aggs)
     window = F.window(F.window_time("_pane"), _secs(op.window.size_s), _secs(op.window.slide_s))
@@ -242,13 +260,30 @@ def apply_operator(op: Operator, inputs: list[DataFrame], sources: SourceFactory
 # ---- whole plans -------------------------------------------------------------------------------
 
 
-def lower_rewritten(plan: RewrittenPlan, sources: SourceFactory) -> dict[str, DataFrame]:
-    """Lower the VM side of a rewritten plan; returns the DataFrame of every sink by sink name."""
+OffloadedFactory = Callable[[OffloadChain], DataFrame]
+
+
+def lower_rewritten(
+    plan: RewrittenPlan,
+    sources: SourceFactory,
+    chains: tuple[OffloadChain, ...] = (),
+    offloaded: OffloadedFactory | None = None,
+) -> dict[str, DataFrame]:
+    """Lower the VM side of a rewritten plan; returns the DataFrame of every sink by sink name.
+
+    With `chains`, each chain's sources are the VM share of a routed read, and `offloaded(chain)` is
+    the stream of what the workers returned for the other share: the chain's last node merges the
+    two (a union of rows, or an aggregate over both in partial form). Without, routers and merges
+    are inactive and lower to the identity.
+    """
     frames: dict[str, DataFrame] = {}
     sinks: dict[str, DataFrame] = {}
     vm_nodes = {n.id: n for n in plan.nodes if n.placement == Placement.VM}
     order = [n.id for n in plan.logical.topological_order()]
     pending = [nid for nid in vm_nodes if nid not in order]
+    ends = {c.last: c for c in chains}
+    if chains and offloaded is None:
+        raise PlanError("offload chains given without the stream of the workers' results")
 
     # Visit VM nodes so that every input is ready: originals in topological order, proxies on demand.
     def frame(node_id: str) -> DataFrame:
@@ -258,10 +293,18 @@ def lower_rewritten(plan: RewrittenPlan, sources: SourceFactory) -> dict[str, Da
         ins = [frame(e.src) for e in plan.in_edges(node_id) if e.src in vm_nodes]
         if node.kind == Kind.ORIGINAL:
             op = plan.logical.node(node_id).op
-            df = apply_operator(op, ins, sources)
+            chain = ends.get(node_id)
+            if chain is not None and chain.kind == PARTIAL:
+                assert isinstance(op, WindowAggregate) and offloaded is not None
+                df = merge_aggregate(ins[0], offloaded(chain), op)
+            else:
+                df = apply_operator(op, ins, sources)
+            if chain is not None and chain.kind == ROWS:
+                assert offloaded is not None
+                df = df.unionByName(spark_merge.align(offloaded(chain), df))
             if isinstance(op, Sink):
                 sinks[op.name] = df
-        else:  # inactive router or merge: identity on the VM path
+        else:  # a router or merge proxy: the routed read and the merges above do their work
             if len(ins) != 1:
                 raise PlanError(f"{node.kind.value} {node_id} should have one VM input, has {len(ins)}")
             df = ins[0]

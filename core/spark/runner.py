@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,8 +21,10 @@ from core.errors import ConfigError, SpongeError
 from core.nexmark.generator import GeneratorConfig
 from core.nexmark.params import QueryParams
 from core.nexmark.queries import get_query
+from core.offload_chains import offload_chains
 from core.plan import Source
 from core.rewrite import rewrite
+from core.spark.offload_session import OFFLOAD_DIR, OffloadConfig, OffloadSession
 from core.spark.session import SparkConfig, spark_session
 
 EOS_TIME = "2100-01-01"  # core.nexmark.schema.END_OF_STREAM_TIME_US as a Spark literal
@@ -41,6 +43,7 @@ class RunConfig:
     plain: bool = False  # lower without proxies (bench baseline)
     timeout_s: float = 1800.0
     input: Path | None = None  # read input/<entity>/*.jsonl instead of generating events
+    offload: OffloadConfig | None = None  # route records to Lambda workers (None: no routers at all)
 
     def __post_init__(self) -> None:
         if self.max_events_per_batch <= 0:
@@ -52,14 +55,20 @@ class RunConfig:
                 f"the output {self.output} contains the input {self.input}; a run clears its output first",
                 hint="pass an --output outside the --input directory",
             )
+        if self.offload is not None and (self.input is not None or self.plain):
+            raise ConfigError(
+                "offloading needs the generated source and the rewritten plan",
+                hint="drop --input (or plain) when passing --offload-share",
+            )
 
 
-def nexmark_sources(spark, config: RunConfig, pace_origin: float) -> Callable[[Source], object]:
-    from pyspark.sql import functions as F
-
-    gen = config.generator
+def nexmark_sources(
+    spark, config: RunConfig, pace_origin: float, routes: Mapping[str, Mapping[str, str]] | None = None
+) -> Callable[[Source], object]:
+    """The factory of source streams; `routes` maps an entity to the options of its routed read."""
 
     def make(src: Source):
+        route = (routes or {}).get(src.entity)
         if config.input is not None:
             df = (
                 spark.readStream.format("nexmark-files")
@@ -70,28 +79,51 @@ def nexmark_sources(spark, config: RunConfig, pace_origin: float) -> Callable[[S
                 .load()
             )
         else:
-            df = (
-                spark.readStream.format("nexmark")
-                .option("entity", src.entity)
-                .option("seed", str(gen.seed))
-                .option("events", str(gen.events))
-                .option("schedule", gen.schedule.text())
-                .option("pace", "arrival" if config.pace else "none")
-                .option("pace_origin", repr(pace_origin))
-                .option("max_events_per_batch", str(config.max_events_per_batch))
-                .load()
-            )
-        # The punctuation row must reach the watermark operator before it is dropped. Spark pushes
-        # predicates that do not mention the event-time column below the watermark (join keys'
-        # inferred not-null checks, a query's own filters), which would drop the punctuation early:
-        # making every column depend on date_time keeps them all above it.
-        alive = F.col("date_time") < F.lit(EOS_TIME).cast("timestamp")
-        df = df.withWatermark("date_time", "0 seconds")
-        return df.select(
-            *[F.col(c) if c == "date_time" else F.when(alive, F.col(c)).alias(c) for c in df.columns]
-        ).filter(alive)
+            df = generated_stream(spark, config, src.entity, pace_origin, route or {})
+        return keep_alive(df, "date_time", heartbeats=route is not None)
 
     return make
+
+
+def generated_stream(spark, config: RunConfig, entity: str, pace_origin: float, options: Mapping[str, str]):
+    gen = config.generator
+    reader = (
+        spark.readStream.format("nexmark")
+        .option("entity", entity)
+        .option("seed", str(gen.seed))
+        .option("events", str(gen.events))
+        .option("schedule", gen.schedule.text())
+        .option("pace", "arrival" if config.pace else "none")
+        .option("pace_origin", repr(pace_origin))
+        .option("max_events_per_batch", str(config.max_events_per_batch))
+    )
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return reader.load()
+
+
+def keep_alive(df, time_column: str | None, heartbeats: bool):
+    """Watermark on `time_column` first, then drop the punctuation (and heartbeat) rows.
+
+    Those rows must reach the watermark operator before they are dropped. Spark pushes predicates
+    that do not mention the event-time column below the watermark (join keys' inferred not-null
+    checks, a query's own filters), which would drop them early: making every column, and the
+    filter itself, depend on the event-time column keeps them all above it.
+    """
+    from pyspark.sql import functions as F
+
+    from router.source_router import HEARTBEAT
+
+    if time_column is None:  # nothing downstream needs a watermark (a stateless chain's output)
+        return df.filter(F.col(HEARTBEAT).isNull()).drop(HEARTBEAT)
+    eos = F.lit(EOS_TIME).cast("timestamp")
+    t = F.col(time_column)
+    alive = ~F.coalesce(F.col(HEARTBEAT), t >= eos) if heartbeats else t < eos
+    df = df.withWatermark(time_column, "0 seconds")
+    raw = (time_column, HEARTBEAT)  # what `alive` reads stays as it came
+    df = df.select(*[F.col(c) if c in raw else F.when(alive, F.col(c)).alias(c) for c in df.columns])
+    df = df.filter(alive)
+    return df.drop(HEARTBEAT) if heartbeats else df
 
 
 def run_query(config: RunConfig, progress: Callable[[dict], None] | None = None) -> dict:
@@ -112,42 +144,77 @@ def run_query(config: RunConfig, progress: Callable[[dict], None] | None = None)
     spark = spark_session(config.spark)
     register_file_source(spark)
     started = time.time()
-    sources = nexmark_sources(spark, config, pace_origin=started)
-    sinks = lower_plain(logical, sources) if config.plain else lower_rewritten(rewritten, sources)
-    (sink_df,) = sinks.values()
     n_sources = len([n for n in logical.nodes if isinstance(n.op, Source)])
-    epochs_progress = stream_to_end(
-        sink_df,
-        out,
-        f"sponge_{config.query}_{int(started)}",
-        n_sources,
-        config.generator.events,
-        timeout_s=config.timeout_s,
-        started=started,
-        progress=progress,
-    )
-    records_in = sum(p["numInputRows"] for p in epochs_progress) - n_sources  # minus the punctuation rows
+    session = None
+    restarts_at: list[float] = []
+    if config.offload is None:
+        sources = nexmark_sources(spark, config, pace_origin=started)
+        sinks = lower_plain(logical, sources) if config.plain else lower_rewritten(rewritten, sources)
+    else:
+        chains = tuple(offload_chains(logical))
+        session = OffloadSession(config.offload, out, config.query, config.params)
+        session.start(started)
+        restarts_at = session.query_restarts()
+        sources = nexmark_sources(spark, config, started, session.local_routes(chains))
+        offloaded = session.offloaded(spark, config, started)
+        sinks = lower_rewritten(rewritten, sources, chains, offloaded)
+        n_sources += len(chains)  # each chain's source is read twice: the VM share and the workers' share
+    (sink_df,) = sinks.values()
+    try:
+        epochs_progress = stream_to_end(
+            sink_df,
+            out,
+            f"sponge_{config.query}_{int(started)}",
+            n_sources,
+            config.generator.events,
+            timeout_s=config.timeout_s,
+            started=started,
+            progress=progress,
+            restarts_at=restarts_at,
+            on_restart=session.query_restarted if session is not None else None,
+        )
+    finally:
+        offload_summary = session.stop() if session is not None else {}
     epochs = len(epochs_progress)
     wall_s = time.time() - started
-    events = records_in if config.input is not None else config.generator.events
+    if config.input is not None:
+        records_in = sum(p["numInputRows"] for p in epochs_progress) - n_sources  # minus the punctuations
+    else:
+        records_in = config.generator.events
+    routed = routed_to_workers(config, out) if session is not None else 0
     summary = {
         "query": config.query,
-        "events": events,
+        "events": records_in,
         "seed": None if config.input is not None else config.generator.seed,
         "records_in": records_in,
-        "records_local": records_in,
+        "records_local": records_in - routed,
+        "records_routed_to_workers": routed,
         "records_offloaded": 0,
         "epochs": epochs,
         "wall_s": round(wall_s, 3),
-        "events_per_s": round(events / wall_s, 1) if wall_s > 0 else None,
+        "events_per_s": round(records_in / wall_s, 1) if wall_s > 0 else None,
         "rewrite_ms": round(rewritten.rewrite_ms, 3),
         "plan": "plain" if config.plain else "rewritten",
+        **offload_summary,
     }
     if config.input is not None:
         summary["input"] = str(config.input)
         summary["dead_letter"] = dead_letter_summary(out / DEAD_LETTER_DIR)
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
+
+
+def routed_to_workers(config: RunConfig, out: Path) -> int:
+    """Records the routing log sent to the workers' share, over all routed entities (deterministic)."""
+    from core.nexmark.generator import event_ids
+    from router.routing_log import RoutingLog, routed_mask
+
+    total = 0
+    offload_dir = out / OFFLOAD_DIR
+    for entity in RoutingLog.streams(offload_dir):
+        segments = RoutingLog(offload_dir, entity).segments()
+        total += int(routed_mask(segments, event_ids(entity, 0, config.generator.events)).sum())
+    return total
 
 
 def stream_to_end(
@@ -160,21 +227,30 @@ def stream_to_end(
     timeout_s: float,
     started: float,
     progress: Callable[[dict], None] | None = None,
+    restarts_at: Sequence[float] = (),
+    on_restart: Callable[[], None] | None = None,
 ) -> list[dict]:
     """Stream `df` into Parquet under `out` until every source has delivered its punctuation and
     the closing no-data epoch has run; return the progress of every epoch that read data.
 
-    Shared by run_query and the benchmark's hand-written queries, so both end the same way.
+    At each of `restarts_at` (seconds after `started`) the query is stopped and resumed from its
+    checkpoint, as after a driver restart. Shared by run_query and the benchmark's hand-written
+    queries, so both end the same way.
     """
-    query = (
-        df.writeStream.format("parquet")
-        .option("path", str(out))
-        .option("checkpointLocation", str(out / "_checkpoint"))
-        .outputMode("append")
-        .trigger(processingTime="0 seconds")
-        .queryName(name)
-        .start()
-    )
+
+    def start():
+        return (
+            df.writeStream.format("parquet")
+            .option("path", str(out))
+            .option("checkpointLocation", str(out / "_checkpoint"))
+            .outputMode("append")
+            .trigger(processingTime="0 seconds")
+            .queryName(name)
+            .start()
+        )
+
+    query = start()
+    pending_restarts = sorted(restarts_at)
     total = events + 1  # the punctuation sits at offset `events`
     seen: dict[int, dict] = {}
 
@@ -199,6 +275,14 @@ def stream_to_end(
 
     try:
         while not collect():
+            if pending_restarts and time.time() - started >= pending_restarts[0]:
+                pending_restarts.pop(0)
+                query.stop()
+                collect()
+                query = start()
+                if on_restart:
+                    on_restart()
+                continue
             if query.exception() is not None:
                 raise SpongeError(f"the streaming query failed: {str(query.exception()).splitlines()[0]}")
             if time.time() - started > timeout_s:

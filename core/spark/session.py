@@ -17,9 +17,13 @@ MIN_JAVA = 17
 
 @dataclass(frozen=True)
 class SparkConfig:
-    """How the VM side runs; `master` is a Spark master URL such as local[2] or local-cluster[2,1,1024]."""
+    """How the VM side runs; `master` is a Spark master URL such as local[2] or local-cluster[2,1,1024].
 
-    master: str = "local[2]"
+    local[N,F] lets a failed task run F times in all, as on a cluster (plain local[N] fails the query at
+    the first task failure).
+    """
+
+    master: str = "local[2,4]"
     shuffle_partitions: int = 2
     app_name: str = "sponge"
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
@@ -33,6 +33,7 @@ from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTri
 from core.errors import ConfigError
 from core.nexmark.schedule import RateSchedule
 from core.nexmark.schema import check_entity, spark_ddl
+from router.source_router import RouteOptions
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
     from core.nexmark.generator import GeneratorConfig
+    from router.routing_log import Segment
 
 SOURCE_NAME = "nexmark"
 PACES = ("none", "arrival")
@@ -57,6 +59,7 @@ class SourceOptions:
     pace_origin: float | None = None
     max_events_per_batch: int = 200_000
     events_per_partition: int = 100_000
+    route: RouteOptions | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -85,6 +88,7 @@ class SourceOptions:
             pace_origin=None if origin is None else _real(origin, "pace_origin"),
             max_events_per_batch=_integer(opts, "max_events_per_batch", 200_000, minimum=1),
             events_per_partition=_integer(opts, "events_per_partition", 100_000, minimum=1),
+            route=RouteOptions.parse(opts),
         )
         parsed.generator_config()  # validate the generator's own constraints up front
         return parsed
@@ -107,6 +111,7 @@ class EventRange(InputPartition):
     start: int
     end: int
     punctuate: bool = False
+    segments: tuple[Segment, ...] = ()  # the routing log's plans for this range (routed streams)
 
 
 def event_ranges(start: int, end: int, step: int, events: int, punctuate: bool) -> list[EventRange]:
@@ -205,13 +210,35 @@ class NexmarkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         opts = self.options
-        return event_ranges(
+        ranges = event_ranges(
             int(start["event"]), int(end["event"]), opts.events_per_partition, opts.events, punctuate=True
         )
+        if opts.route is None:
+            return ranges
+        from router.routing_log import RoutingLog, covering, read_current_plan
+
+        log = RoutingLog(opts.route.offload_dir, opts.entity)
+        segments = log.plan_range(
+            int(start["event"]), int(end["event"]), read_current_plan(opts.route.offload_dir)
+        )
+        return [replace(r, segments=covering(segments, r.start, r.end)) for r in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, EventRange)
-        return read_range(self.options, partition)
+        opts = self.options
+        if opts.route is None:
+            return read_range(opts, partition)
+        from router.source_router import read_routed
+
+        return read_routed(
+            opts.generator_config(),
+            opts.entity,
+            opts.route,
+            partition.start,
+            partition.end,
+            partition.punctuate,
+            partition.segments,
+        )
 
     def commit(self, end: dict) -> None:
         """Nothing to release: every range can be regenerated from its offsets."""
@@ -228,8 +255,14 @@ class NexmarkDataSource(DataSource):
     def name(cls) -> str:
         return SOURCE_NAME
 
-    def schema(self) -> str:
-        return spark_ddl(self.parsed.entity)
+    def schema(self) -> str | StructType:
+        if self.parsed.route is None:
+            return spark_ddl(self.parsed.entity)
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        from router.source_router import output_schema
+
+        return from_arrow_schema(output_schema(self.parsed.entity, self.parsed.route))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return NexmarkBatchReader(self.parsed)

@@ -1,0 +1,108 @@
+"""Which part of a query a source's offloaded records run through on Lambda workers.
+
+Why per source and up to the first stateful operator: the router sits in the source read (ADR
+0005), so the records it diverts enter a transient chain right there. A chain follows the source's
+stateless operators and stops
+
+* after the first window aggregate whose partial state the VM can merge (count, sum, min, max, avg,
+  max_with_ties and latest_n on tumbling windows; count..avg on sliding ones): workers return
+  partial states, and the VM's aggregate folds them in with its own records (kind "partial");
+* before any other operator (a join, a top-k, a sink, a non-mergeable aggregate) or a fan-out:
+  workers return the chain's output rows, which join the VM's rows of the same chain (kind "rows").
+
+The joins of Q3, Q4, Q6 and Q8 keep their state on the VMs: only their stateless upstream work
+is offloaded. The chain's node ids name the transient program (lambda_worker/program.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from core.expr import Col
+from core.plan import WINDOW, Filter, FlatMap, KeyBy, LogicalPlan, Map, Source, WindowAggregate
+
+ROWS = "rows"
+PARTIAL = "partial"
+_STATELESS = (Map, Filter, KeyBy, FlatMap)
+_PARTIAL_AGGS = ("count", "sum", "min", "max", "avg", "max_with_ties", "latest_n")
+_PANE_AGGS = ("count", "sum", "min", "max", "avg")
+EVENT_TIME = "date_time"
+
+
+@dataclass(frozen=True)
+class OffloadChain:
+    """The transient chain fed by one source: `node_ids` in order, ending at `node_ids[-1]`.
+
+    `event_time` is the chain output column that carries the source's event time unchanged (the
+    column the VM's watermark follows downstream), or None when the chain drops it.
+    """
+
+    source_id: str
+    entity: str
+    node_ids: tuple[str, ...]
+    kind: str
+    event_time: str | None
+
+    @property
+    def last(self) -> str:
+        return self.node_ids[-1]
+
+
+def mergeable_aggregate(op: WindowAggregate) -> bool:
+    """True when workers can pre-aggregate `op` and the VM merge their partials into its state."""
+    if op.window is None:  # regroups an upstream window, or a global aggregate append mode cannot emit
+        return False
+    allowed = _PARTIAL_AGGS if op.window.tumbling else _PANE_AGGS
+    return all(a.fn in allowed for a in op.aggs)
+
+
+def _renamed(op: Map, column: str | None) -> str | None:
+    """The output name that passes `column` through unchanged, if any."""
+    if column is None:
+        return None
+    for name, e in op.projections:
+        if isinstance(e, Col) and e.name == column and name != WINDOW:
+            return name
+    return None
+
+
+def chain_for(plan: LogicalPlan, source_id: str) -> OffloadChain | None:
+    """The offload chain of one source, or None when nothing after it can run on a worker."""
+    src = plan.node(source_id).op
+    assert isinstance(src, Source)
+    ids: list[str] = []
+    kind = ROWS
+    event_time: str | None = EVENT_TIME
+    current = source_id
+    while True:
+        outs = plan.out_edges(current)
+        if len(outs) != 1:  # a fan-out: the chain ends here and both branches see the merged rows
+            break
+        nxt = outs[0].dst
+        if len(plan.in_edges(nxt)) != 1:
+            break
+        op = plan.node(nxt).op
+        if isinstance(op, WindowAggregate):
+            if mergeable_aggregate(op):
+                ids.append(nxt)
+                kind = PARTIAL
+                assert op.window is not None
+                event_time = op.window.on
+            break
+        if not isinstance(op, _STATELESS):
+            break
+        ids.append(nxt)
+        if isinstance(op, Map):
+            event_time = _renamed(op, event_time)
+        elif isinstance(op, FlatMap):
+            event_time = None if event_time == op.explode else event_time
+        current = nxt
+    if not ids:
+        return None
+    return OffloadChain(source_id, src.entity, tuple(ids), kind, event_time)
+
+
+def offload_chains(plan: LogicalPlan) -> list[OffloadChain]:
+    """Every source's chain (sources with nothing offloadable after them are left out)."""
+    chains = [chain_for(plan, n.id) for n in plan.nodes if isinstance(n.op, Source)]
+    return [c for c in chains if c is not None]

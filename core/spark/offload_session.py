@@ -1,0 +1,178 @@
+"""What a run needs to offload: the pinned plan, the VM agent process, the routed streams, faults.
+
+Why one object: the pieces live in different places (the plan and the routing log on disk beside
+the checkpoint, the agent in its own process, the readers inside Spark's Python workers), and the
+runner must start them in order, hand the same addresses and secrets to every reader, make the
+injected runner-side faults happen, and collect every component's counters into the summary.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from core.errors import ConfigError
+from core.fault_spec import AGENT_KINDS, AGENT_RESTART, QUERY_RESTART, TASK_FAILURE, FaultSpec, of_kind
+from core.nexmark.params import QueryParams
+from core.offload_chains import PARTIAL, OffloadChain
+from core.offload_plan import OffloadPlan
+
+TARGETS = ("embedded",)
+OFFLOAD_DIR = "_offload"
+FAULT_DIR = "faults"
+
+
+@dataclass(frozen=True)
+class OffloadConfig:
+    """The pinned offload plan of a run (`--offload-share`, `--workers`), where workers run, and faults."""
+
+    share: float
+    workers: int = 2
+    target: str = "embedded"
+    faults: tuple[FaultSpec, ...] = ()
+    chunk_rows: int = 16_384
+    chunk_timeout_s: float = 10.0
+    function_timeout_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 1:
+            raise ConfigError(f"--workers must be at least 1, got {self.workers!r}")
+        if self.target not in TARGETS:
+            hint = "use --target embedded (worker processes on this machine)"
+            if self.target in ("localstack", "aws"):
+                hint = f"{self.target} needs a deployed stack (sponge deploy); {hint} meanwhile"
+            raise ConfigError(f"unknown or unavailable target {self.target!r}", hint=hint)
+        self.plan()  # validates the share
+        if self.chunk_rows <= 0:
+            raise ConfigError(f"chunk rows must be positive, got {self.chunk_rows}")
+
+    def plan(self) -> OffloadPlan:
+        return OffloadPlan(version=1, share=self.share, workers=self.workers)
+
+
+class OffloadSession:
+    def __init__(self, config: OffloadConfig, output: Path, query: str, params: QueryParams) -> None:
+        self.config = config
+        self.dir = output / OFFLOAD_DIR
+        self.fault_dir = self.dir / FAULT_DIR
+        self.query = query
+        self.params = params
+        self.agent: Any = None
+        self._timers: list[threading.Timer] = []
+        self.faults_done: dict[str, int] = {}
+
+    # ---- life cycle ----
+
+    def start(self, started: float) -> None:
+        from router.agent_process import AgentProcess, AgentProcessConfig, write_secret
+        from router.routing_log import write_current_plan
+
+        write_current_plan(self.dir, self.config.plan())
+        self.secret_file = write_secret(self.dir / "secret")
+        self.agent = AgentProcess(
+            AgentProcessConfig(
+                secret_file=self.secret_file,
+                max_workers=self.config.workers,
+                faults=tuple(f for f in self.config.faults if f.kind in AGENT_KINDS),
+                chunk_timeout_s=self.config.chunk_timeout_s,
+                function_timeout_s=self.config.function_timeout_s,
+                log_path=self.dir / "workers.log",
+            )
+        )
+        self.agent.start()
+        for spec in of_kind(self.config.faults, AGENT_RESTART):
+            delay = max(0.0, started + spec["at"] - time.time())
+            timer = threading.Timer(delay, self._restart_agent)
+            timer.daemon = True
+            timer.start()
+            self._timers.append(timer)
+
+    def _restart_agent(self) -> None:
+        self.agent.restart()
+        self._count(AGENT_RESTART)
+
+    def _count(self, kind: str) -> None:
+        self.faults_done[kind] = self.faults_done.get(kind, 0) + 1
+
+    def query_restarts(self) -> list[float]:
+        """Seconds after the start at which the runner stops the query and resumes it."""
+        return sorted(spec["at"] for spec in of_kind(self.config.faults, QUERY_RESTART))
+
+    def query_restarted(self) -> None:
+        self._count(QUERY_RESTART)
+
+    def stop(self) -> dict[str, Any]:
+        """Stop the agent; the summary's offload fields."""
+        for timer in self._timers:
+            timer.cancel()
+        totals = self.agent.stop() if self.agent is not None else {}
+        injected = dict(self.faults_done)
+        for kind in AGENT_KINDS:
+            n = totals.get("injected_" + kind.replace("-", "_"), 0)
+            if n:
+                injected[kind] = n
+        failures = len(list(self.fault_dir.glob("task-failure-*"))) if self.fault_dir.exists() else 0
+        if failures:
+            injected[TASK_FAILURE] = failures
+        return {
+            "offload_share": self.config.share,
+            "workers": self.config.workers,
+            "target": self.config.target,
+            "records_offloaded": totals.get("records_offloaded", 0),
+            "records_run_locally_by_agent": totals.get("records_run_locally", 0),
+            "workers_started": totals.get("workers_started", 0),
+            "cold_starts": totals.get("cold_starts", 0),
+            "chunks_dispatched": totals.get("chunks_dispatched", 0),
+            "chunks_redispatched": totals.get("chunks_redispatched", 0),
+            "chunks_run_locally": totals.get("chunks_run_locally", 0),
+            "chunk_timeouts": totals.get("chunk_timeouts", 0),
+            "worker_failures": totals.get("worker_failures", 0),
+            "throttles": totals.get("throttles", 0),
+            "cache_hits": totals.get("cache_hits", 0),
+            "agent_restarts": self.agent.restarts if self.agent is not None else 0,
+            "injected_faults": injected,
+        }
+
+    # ---- the routed streams ----
+
+    def _common(self) -> dict[str, str]:
+        fail = of_kind(self.config.faults, TASK_FAILURE)
+        return {
+            "offload_dir": str(self.dir),
+            "fail_share": repr(max((f["share"] for f in fail), default=0.0)),
+            "fault_dir": str(self.fault_dir),
+        }
+
+    def local_routes(self, chains: tuple[OffloadChain, ...]) -> dict[str, dict[str, str]]:
+        """Options of the VM share's read, by entity."""
+        return {c.entity: {"route": "local", **self._common()} for c in chains}
+
+    def offloaded(self, spark: Any, run_config: Any, pace_origin: float) -> Callable[[OffloadChain], Any]:
+        """The factory of the workers' result streams, one per chain (see core/spark/lower.py)."""
+        from core.spark.runner import generated_stream, keep_alive
+        from lambda_worker.program import ProgramSpec
+
+        def make(chain: OffloadChain) -> Any:
+            spec = ProgramSpec(
+                self.query, chain.node_ids, self.params.window_size_s, self.params.window_slide_s
+            )
+            options: Mapping[str, str] = {
+                "route": "offload",
+                "program": spec.dumps(),
+                "agent": self.agent.address,
+                "secret_file": str(self.secret_file),
+                "event_time": chain.event_time or "",
+                "chunk_rows": str(self.config.chunk_rows),
+                "parallelism": str(self.config.workers),
+                **self._common(),
+            }
+            df = generated_stream(spark, run_config, chain.entity, pace_origin, options)
+            time_column = "window_start" if chain.kind == PARTIAL else chain.event_time
+            df = keep_alive(df, time_column, heartbeats=True)
+            return df.drop("window_end") if chain.kind == PARTIAL else df
+
+        return make

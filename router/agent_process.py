@@ -1,0 +1,205 @@
+"""The VM agent as the runtime starts it in local mode: a separate OS process on a fixed port.
+
+Why a process and a fixed port: in production the agent is a daemon beside the Spark executor and
+outlives queries and tasks; here it is started per run, and Spark tasks reach it at an address
+fixed for the whole run, so an agent restart (an injected fault, or a real crash) only makes tasks
+wait and retry, never look elsewhere. Counters live in the agent; the runner samples them, so the
+counts of an agent that was killed are kept up to its last sample.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from core.errors import SpongeError
+from core.fault_spec import FaultSpec
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def write_secret(path: Path) -> Path:
+    """A fresh per-session secret, readable by this user only."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(32))
+    return path
+
+
+@dataclass(frozen=True)
+class AgentProcessConfig:
+    secret_file: Path
+    max_workers: int
+    invoker: str = "embedded"
+    faults: tuple[FaultSpec, ...] = ()
+    chunk_timeout_s: float = 10.0
+    function_timeout_s: float = 60.0
+    concurrency_limit: int | None = None
+    log_path: Path | None = None
+    host: str = "127.0.0.1"
+    port: int = field(default_factory=free_port)
+    start_timeout_s: float = 60.0
+
+    def argv(self) -> list[str]:
+        args = [
+            sys.executable, "-m", "router.agent",
+            "--host", self.host,
+            "--port", str(self.port),
+            "--secret-file", str(self.secret_file),
+            "--invoker", self.invoker,
+            "--max-workers", str(self.max_workers),
+            "--concurrency-limit", str(self.concurrency_limit or max(self.max_workers, 1)),
+            "--function-timeout-s", str(self.function_timeout_s),
+            "--chunk-timeout-s", str(self.chunk_timeout_s),
+        ]  # fmt: skip
+        if self.log_path is not None:
+            args += ["--worker-log", str(self.log_path)]
+        for spec in self.faults:
+            args += ["--inject", spec.text()]
+        return args
+
+
+class AgentProcess:
+    """Start, sample, kill-and-restart and stop the agent; `totals()` sums every incarnation's counters."""
+
+    def __init__(self, config: AgentProcessConfig) -> None:
+        self.config = config
+        self.address = f"{config.host}:{config.port}"
+        self._proc: subprocess.Popen[str] | None = None
+        self._finished: list[dict[str, int]] = []  # last counters of every earlier incarnation
+        self._last: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._sampler: threading.Thread | None = None
+        self._client: Any = None
+        self.restarts = 0
+
+    def start(self) -> str:
+        self._spawn()
+        self._sampler = threading.Thread(target=self._sample_loop, name="agent-sampler", daemon=True)
+        self._sampler.start()
+        return self.address
+
+    def _spawn(self) -> None:
+        log: IO[str] | int = subprocess.DEVNULL
+        if self.config.log_path is not None:
+            self.config.log_path.parent.mkdir(parents=True, exist_ok=True)
+            log = open(self.config.log_path.with_suffix(".agent.log"), "a")  # noqa: SIM115
+        proc = subprocess.Popen(
+            self.config.argv(),
+            cwd=PROJECT_ROOT,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            start_new_session=True,
+        )
+        assert proc.stdout is not None
+        deadline = time.time() + self.config.start_timeout_s
+        line = ""
+        while time.time() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            if '"listening"' in line:
+                self._proc = proc
+                return
+        proc.kill()
+        raise SpongeError(
+            f"the VM agent did not start on {self.address}: {line.strip() or 'no output'}",
+            hint="run `python -m router.agent --help` and check the worker log",
+        )
+
+    def _stats(self) -> dict[str, int] | None:
+        from router.client import AgentClient, OffloadError
+
+        if self._client is None:
+            secret = self.config.secret_file.read_text().strip().encode()
+            self._client = AgentClient(self.address, secret, timeout_s=2.0)
+        try:
+            stats = self._client.stats()
+        except OffloadError:
+            return None
+        return {k: int(v) for k, v in stats.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+
+    def _sample_loop(self) -> None:
+        while not self._stop.wait(0.5):
+            with self._lock:
+                if self._proc is None or self._proc.poll() is not None:
+                    continue
+            stats = self._stats()
+            if stats is not None:
+                with self._lock:
+                    self._last = stats
+
+    def restart(self) -> None:
+        """Kill the agent (SIGKILL: in-flight chunks are lost) and start a new one on the same port."""
+        with self._lock:
+            proc = self._proc
+            self._proc = None
+            self._finished.append(self._last)
+            self._last = {}
+        if proc is not None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        self._spawn()
+        self.restarts += 1
+
+    def stop(self) -> dict[str, int]:
+        """Stop gracefully; returns the counters summed over every incarnation."""
+        self._stop.set()
+        if self._sampler is not None:
+            self._sampler.join(timeout=5)
+        final = self._stats() if self._proc is not None else None
+        with self._lock:
+            if final is not None:
+                self._last = final
+            proc = self._proc
+            self._proc = None
+        if proc is not None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        if self._client is not None:
+            self._client.close()
+        return self.totals()
+
+    def totals(self) -> dict[str, int]:
+        with self._lock:
+            parts: Sequence[dict[str, int]] = [*self._finished, self._last]
+        out: dict[str, int] = {}
+        for part in parts:
+            for k, v in part.items():
+                out[k] = out.get(k, 0) + v
+        return out
+
+    def __enter__(self) -> AgentProcess:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def parse_listening(line: str) -> dict[str, Any]:
+    return json.loads(line)

@@ -1,0 +1,246 @@
+"""The router operator inside the source read: each record goes to the VM path or to the workers.
+
+Why in the read (ADR 0005): the source task already holds every record of its offset range as an
+Arrow batch in a Python process, so splitting there costs one vectorised mask, and an epoch with
+nothing offloaded costs nothing at all. A query's source is read twice, as two Spark streams over
+the same offsets: the *local* stream keeps the records the plan leaves on the VMs and feeds Spark's
+native operators; the *offload* stream sends the others, in chunks, through the VM agent to Lambda
+workers and yields what the transient chain returns (output rows, or partial states). Both streams
+take each offset's plan from the routing log, so together they see every record exactly once, on
+every attempt.
+
+Both streams also yield one heartbeat row per task (`_hb` true, the event-time column at the range's
+last event time, or the end of the stream): a stream whose records all went the other way still
+moves its watermark, so windows close on time whatever the share.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+
+from core.errors import ConfigError
+from core.nexmark.schema import END_OF_STREAM_TIME_US, ENTITIES, TIMESTAMP, schema_for
+from core.offload_plan import record_units
+
+if TYPE_CHECKING:
+    from core.nexmark.generator import GeneratorConfig
+    from lambda_worker.program import ProgramSpec
+    from router.client import AgentClient
+    from router.routing_log import Segment
+
+HEARTBEAT = "_hb"
+LOCAL = "local"
+OFFLOAD = "offload"
+ROUTES = (LOCAL, OFFLOAD)
+TASK_FAILURE_SALT = 0x5851F42D4C957F2D
+
+
+@dataclass(frozen=True)
+class RouteOptions:
+    """How one routed source stream reads: which share it keeps and where offloaded chunks go.
+
+    `event_time` names the offload stream's column that carries event time (the heartbeat sets it);
+    None when the chain's output drops it. `fail_share` and `fault_dir` inject task failures.
+    """
+
+    route: str
+    offload_dir: Path
+    program: str = ""
+    agent: str = ""
+    secret_file: str = ""
+    event_time: str | None = None
+    chunk_rows: int = 16_384
+    parallelism: int = 4
+    fail_share: float = 0.0
+    fault_dir: str = ""
+    request_timeout_s: float = 600.0
+
+    @classmethod
+    def parse(cls, opts: Mapping[str, str]) -> RouteOptions | None:
+        route = opts.get("route", "none").strip().lower()
+        if route == "none":
+            return None
+        if route not in ROUTES:
+            raise ConfigError(f"unknown route {route!r}", hint=f"use one of none, {', '.join(ROUTES)}")
+        if "offload_dir" not in opts:
+            raise ConfigError("a routed nexmark source needs the offload_dir option")
+        parsed = cls(
+            route=route,
+            offload_dir=Path(opts["offload_dir"]),
+            program=opts.get("program", ""),
+            agent=opts.get("agent", ""),
+            secret_file=opts.get("secret_file", ""),
+            event_time=opts.get("event_time") or None,
+            chunk_rows=int(opts.get("chunk_rows", "16384")),
+            parallelism=int(opts.get("parallelism", "4")),
+            fail_share=float(opts.get("fail_share", "0")),
+            fault_dir=opts.get("fault_dir", ""),
+        )
+        if route == OFFLOAD and not (parsed.program and parsed.agent and parsed.secret_file):
+            raise ConfigError("the offload route needs the program, agent and secret_file options")
+        if parsed.chunk_rows <= 0 or parsed.parallelism <= 0:
+            raise ConfigError("chunk_rows and parallelism must be positive")
+        return parsed
+
+    def spec(self) -> ProgramSpec:
+        from lambda_worker.program import ProgramSpec
+
+        return ProgramSpec.loads(self.program)
+
+
+# ---- schemas ------------------------------------------------------------------------------------
+
+
+def _heartbeat_field() -> pa.Field:
+    return pa.field(HEARTBEAT, pa.bool_())
+
+
+def output_schema(entity: str, route: RouteOptions) -> pa.Schema:
+    """The Arrow schema of a routed stream: the entity's records, or the chain's output; plus `_hb`."""
+    if route.route == LOCAL:
+        base = schema_for(entity)
+    else:
+        base = route.spec().compile().output_schema(schema_for(entity))
+    return pa.schema([*base, _heartbeat_field()])
+
+
+def heartbeat_batch(schema: pa.Schema, time_column: str | None, time_us: int) -> pa.RecordBatch:
+    """One row: `_hb` true, `time_column` at `time_us`, everything else null."""
+    columns = []
+    for f in schema:
+        if f.name == HEARTBEAT:
+            columns.append(pa.array([True]))
+        elif f.name == time_column:
+            columns.append(pa.array([time_us], type=TIMESTAMP).cast(f.type))
+        else:
+            columns.append(pa.nulls(1, type=f.type))
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def _with_heartbeat_column(table: pa.Table, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    body = pa.schema(list(schema)[:-1])
+    table = table.select(body.names).cast(body)
+    table = table.append_column(_heartbeat_field(), pa.nulls(table.num_rows, pa.bool_()))
+    yield from table.combine_chunks().to_batches()
+
+
+# ---- the two routes -----------------------------------------------------------------------------
+
+
+def _time_column(entity: str, route: RouteOptions) -> str | None:
+    if route.route == LOCAL:
+        return "date_time"
+    spec = route.spec()
+    program = spec.compile()
+    if program.aggregate is not None:
+        return "window_start"
+    return route.event_time
+
+
+def read_routed(
+    config: GeneratorConfig,
+    entity: str,
+    route: RouteOptions,
+    start: int,
+    end: int,
+    punctuate: bool,
+    segments: tuple[Segment, ...],
+) -> Iterator[pa.RecordBatch]:
+    """The batches of one routed source task over events [start, end)."""
+    from core.nexmark.generator import date_time_us, event_ids, generate
+    from router.routing_log import routed_mask
+
+    schema = output_schema(entity, route)
+    stop = min(end, config.events)
+    batch = generate(config, entity, start, stop)
+    mask = routed_mask(segments, event_ids(entity, start, stop))
+    if route.route == LOCAL:
+        kept = batch.filter(pa.array(~mask))
+        if kept.num_rows:
+            yield from _with_heartbeat_column(pa.Table.from_batches([kept]), schema)
+    else:
+        offloaded = batch.filter(pa.array(mask))
+        if offloaded.num_rows:
+            for table in _offload(route, start, end, offloaded):
+                if table.num_rows:
+                    yield from _with_heartbeat_column(table, schema)
+    _maybe_fail(route, entity, start)
+    time_column = _time_column(entity, route)
+    if stop > start:
+        last_us = int(date_time_us(config, np.array([stop - 1], dtype=np.int64))[0])
+        yield heartbeat_batch(schema, time_column, last_us)
+    if punctuate:
+        yield heartbeat_batch(schema, time_column, END_OF_STREAM_TIME_US)
+
+
+# ---- talking to the agent -----------------------------------------------------------------------
+
+_clients: dict[tuple[str, str], AgentClient] = {}
+_clients_lock = threading.Lock()
+
+
+def _client(route: RouteOptions) -> AgentClient:
+    """One client (one gRPC channel) per agent per Python worker process, reused by every task."""
+    from router.client import AgentClient
+
+    key = (route.agent, route.secret_file)
+    with _clients_lock:
+        if key not in _clients:
+            secret = Path(route.secret_file).read_text().strip().encode()
+            _clients[key] = AgentClient(route.agent, secret, timeout_s=route.request_timeout_s)
+        return _clients[key]
+
+
+def _offload(route: RouteOptions, start: int, end: int, records: pa.RecordBatch) -> list[pa.Table]:
+    """Send the task's offloaded records in chunks, `parallelism` at a time; results in chunk order.
+
+    A chunk is keyed by (range start, range end, sequence, program): a retried task asks for the
+    same keys and gets the agent's cached answers.
+    """
+    spec = route.spec()
+    client = _client(route)
+    n = records.num_rows
+    chunks = [records.slice(i, route.chunk_rows) for i in range(0, n, route.chunk_rows)]
+
+    def one(seq: int) -> pa.Table:
+        return client.offload(start, end, seq, spec, chunks[seq]).table
+
+    if len(chunks) == 1:
+        return [one(0)]
+    with ThreadPoolExecutor(min(route.parallelism, len(chunks)), thread_name_prefix="offload") as pool:
+        return list(pool.map(one, range(len(chunks))))
+
+
+# ---- injected task failures ---------------------------------------------------------------------
+
+
+def _maybe_fail(route: RouteOptions, entity: str, start: int) -> None:
+    """Fail the first attempt of a deterministic share of tasks (after their chunks were offloaded,
+    so the retry exercises the agent's result cache)."""
+    if route.fail_share <= 0:
+        return
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    if ctx is None or ctx.attemptNumber() > 0:
+        return
+    salt = TASK_FAILURE_SALT + 2 * ENTITIES.index(entity) + (route.route == OFFLOAD)
+    if record_units(np.array([start ^ salt], dtype=np.int64))[0] >= route.fail_share:
+        return
+    if route.fault_dir:
+        marker = Path(route.fault_dir) / f"task-failure-{entity}-{route.route}-{start}-{time.time_ns()}"
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()
+    raise RuntimeError(
+        f"injected task failure ({entity} {route.route} events from {start}, pid {os.getpid()})"
+    )
