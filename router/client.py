@@ -3,19 +3,42 @@
 Why a client class: a task must present the session secret, reuse one channel for all its chunks,
 and get the agent's errors back as exceptions that keep the program's error class and message
 (`OffloadError.error_type`), never as a bare transport error.
+
+Why `offload` retries: Offload is idempotent per (epoch, partition, chunk_seq, program_id), and the
+two ways it can end without an answer are both "ask again later": the agent is gone or restarting
+(UNAVAILABLE; with wait_for_ready a call made while it is down waits for it, and a wait past the
+deadline shows as DEADLINE_EXCEEDED) or the chunk is not done yet (DEADLINE_EXCEEDED from the agent).
+So it asks again, with capped exponential backoff, until `retry_budget_s` is spent. A restarted agent
+has forgotten every program, so after UNAVAILABLE (or its "unknown program") the spec is sent again.
+What retrying cannot fix is raised at once: a program error (INTERNAL with x-sponge-error-type), a
+malformed request (INVALID_ARGUMENT) or a wrong secret (UNAUTHENTICATED).
 """
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
-from core.errors import SpongeError
+from core.errors import ConfigError, SpongeError
 from lambda_worker.arrow_ipc import checksum, decode, encode
 from lambda_worker.program import ProgramSpec
 from router.protocol import CHANNEL_OPTIONS, SECRET_METADATA, grpc_module, pb
+
+RETRY_BACKOFF_S = 0.1
+"""First pause before a retry; it doubles per retry up to RETRY_BACKOFF_CAP_S."""
+RETRY_BACKOFF_CAP_S = 5.0
+RECONNECT_OPTIONS: list[tuple[str, Any]] = [
+    # gRPC's default reconnect backoff grows from 1 s to 120 s: a call waiting for a restarted agent
+    # would sit idle long after it is back. An agent restart takes seconds; re-dial at least every 1 s.
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
 
 
 class OffloadError(SpongeError):
@@ -40,18 +63,36 @@ class OffloadResult:
 
 
 class AgentClient:
+    """`timeout_s`: how long one Offload call may wait for its chunk; `retry_budget_s`: how long
+    `offload` keeps asking again (see the module doc) before it raises the last error. `retries`
+    counts the calls made again, over the client's life.
+    """
+
     def __init__(
-        self, address: str, secret: bytes, *, timeout_s: float = 120.0, compression: str = "zstd"
+        self,
+        address: str,
+        secret: bytes,
+        *,
+        timeout_s: float = 120.0,
+        compression: str = "zstd",
+        retry_budget_s: float = 300.0,
     ) -> None:
+        if not timeout_s > 0:
+            raise ConfigError(f"timeout_s must be positive, got {timeout_s}")
+        if not retry_budget_s >= 0:
+            raise ConfigError(f"retry_budget_s must be >= 0, got {retry_budget_s}", hint="0 never retries")
         grpc = grpc_module()
         _, agent_pb2_grpc = pb()
         self._grpc = grpc
         self._pb2, _ = pb()
-        self._channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self._channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS + RECONNECT_OPTIONS)
         self._stub = agent_pb2_grpc.AgentStub(self._channel)
         self._metadata = ((SECRET_METADATA, secret.decode()),)
         self.timeout_s = timeout_s
         self.compression = compression
+        self.retry_budget_s = retry_budget_s
+        self.retries = 0
+        self._lock = threading.Lock()
         self._known: set[str] = set()
 
     def offload(
@@ -64,17 +105,25 @@ class AgentClient:
         *,
         timeout_s: float | None = None,
     ) -> OffloadResult:
-        """Run `data` through `program` on the fleet (or in the agent); the same key gives the same answer."""
+        """Run `data` through `program` on the fleet (or in the agent); the same key gives the same answer.
+
+        Survives an agent restart and a slow chunk by asking again (module doc); `timeout_s` overrides
+        the client's per-call timeout.
+        """
         pid = program.program_id
-        request = self._pb2.OffloadRequest(
-            epoch=epoch,
-            partition=partition,
-            chunk_seq=chunk_seq,
-            program_id=pid,
-            payload=encode(data, self.compression),
-            program="" if pid in self._known else program.dumps(),
-        )
-        reply = self._call(self._stub.Offload, request, timeout_s)
+        payload = encode(data, self.compression)
+
+        def request() -> Any:  # built per attempt: after a restart the spec must go along again
+            return self._pb2.OffloadRequest(
+                epoch=epoch,
+                partition=partition,
+                chunk_seq=chunk_seq,
+                program_id=pid,
+                payload=payload,
+                program="" if pid in self._known else program.dumps(),
+            )
+
+        reply = self._offload_retrying(request, timeout_s, resendable=True)
         self._known.add(pid)
         if checksum(reply.payload) != reply.checksum:
             raise OffloadError(
@@ -92,8 +141,36 @@ class AgentClient:
         )
 
     def offload_raw(self, request: Any, timeout_s: float | None = None) -> Any:
-        """Send a prepared OffloadRequest (benchmarks reuse one encoded payload)."""
-        return self._call(self._stub.Offload, request, timeout_s)
+        """Send a prepared OffloadRequest (benchmarks reuse one encoded payload), retried like `offload`
+        except that a request without the program spec cannot be fixed after an agent restart."""
+        return self._offload_retrying(lambda: request, timeout_s, resendable=False)
+
+    def _offload_retrying(self, request: Callable[[], Any], timeout_s: float | None, resendable: bool) -> Any:
+        """Call Offload until it answers, a retry cannot help, or the budget is spent.
+
+        A try starts only within `retry_budget_s` of the first, and none runs past the later of the
+        budget's end and the first try's deadline: a budget of 0 means one plain call.
+        """
+        timeout = timeout_s or self.timeout_s
+        started = time.monotonic()
+        retry_until = started + self.retry_budget_s
+        end = max(retry_until, started + timeout)
+        backoff = RETRY_BACKOFF_S
+        while True:
+            attempt_s = max(0.001, min(timeout, end - time.monotonic()))
+            try:
+                return self._call(self._stub.Offload, request(), attempt_s, wait_for_ready=True)
+            except OffloadError as e:
+                unknown_program = e.code == "INVALID_ARGUMENT" and "unknown program" in e.message
+                if e.code == "UNAVAILABLE" or unknown_program:
+                    self._known.clear()  # a new agent knows no program: send the spec with the next try
+                retry = e.code in ("UNAVAILABLE", "DEADLINE_EXCEEDED") or (unknown_program and resendable)
+                if not retry or time.monotonic() + backoff >= retry_until:
+                    raise
+            with self._lock:
+                self.retries += 1
+            time.sleep(backoff)
+            backoff = min(2 * backoff, RETRY_BACKOFF_CAP_S)
 
     def stats(self) -> dict[str, Any]:
         reply = self._call(self._stub.Stats, self._pb2.StatsRequest(), 10.0)
@@ -107,9 +184,14 @@ class AgentClient:
         )
         return out
 
-    def _call(self, method: Any, request: Any, timeout_s: float | None) -> Any:
+    def _call(self, method: Any, request: Any, timeout_s: float | None, wait_for_ready: bool = False) -> Any:
         try:
-            return method(request, timeout=timeout_s or self.timeout_s, metadata=self._metadata)
+            return method(
+                request,
+                timeout=timeout_s or self.timeout_s,
+                metadata=self._metadata,
+                wait_for_ready=wait_for_ready,
+            )
         except self._grpc.RpcError as e:
             trailing = dict(e.trailing_metadata() or ()) if hasattr(e, "trailing_metadata") else {}
             code = e.code().name if hasattr(e, "code") else "UNKNOWN"

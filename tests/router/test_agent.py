@@ -7,6 +7,7 @@ import threading
 import pyarrow as pa
 import pytest
 
+from lambda_worker.arrow_ipc import encode
 from lambda_worker.handler import handler
 from lambda_worker.program import ProgramSpec
 from lambda_worker.session import SessionError
@@ -84,11 +85,16 @@ def test_unknown_programs_and_callers_without_the_secret_are_refused(make_agent,
         with pytest.raises(OffloadError) as info:
             intruder.offload(1, 0, 0, Q5, data)
         assert info.value.code == "UNAUTHENTICATED"
+    spec = ProgramSpec("q7", ("key_by1",))
     with AgentClient(agent.address, secret) as client:
-        client._known.add(ProgramSpec("q7", ("key_by1",)).program_id)  # pretend it was sent before
-        with pytest.raises(OffloadError) as info:
-            client.offload(1, 0, 0, ProgramSpec("q7", ("key_by1",)), data)
+        agent_pb2, _ = pb()
+        bare = agent_pb2.OffloadRequest(epoch=1, program_id=spec.program_id, payload=encode(data, "zstd"))
+        with pytest.raises(OffloadError) as info:  # without the spec, asking again cannot help
+            client.offload_raw(bare)
         assert info.value.code == "INVALID_ARGUMENT" and "unknown program" in str(info.value)
+        client._known.add(spec.program_id)  # as after an agent restart: the client thinks it was sent
+        assert client.offload(1, 0, 0, spec, data).rows_in == data.num_rows  # resent with the spec
+        assert client.retries == 1
         assert client.stats()[stats.REJECTED_CALLERS] == 1
 
 
