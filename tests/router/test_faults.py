@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -150,3 +152,12 @@ def test_only_the_embedded_fleet_can_kill_and_only_workers_it_is_serving() -> No
     aws = Boto3Invoker(Boto3InvokerConfig(function_name="f"), client=object())
     assert not aws.can_kill and aws.kill("w1") is False
     aws.close()
+
+
+def test_the_agent_process_exits_2_with_one_line_for_an_unknown_fault(tmp_path, secret: bytes) -> None:  # type: ignore[no-untyped-def]
+    secret_file = tmp_path / "secret"
+    secret_file.write_bytes(secret)
+    cmd = [sys.executable, "-m", "router.agent", "--secret-file", str(secret_file), "--invoker", "none"]
+    proc = subprocess.run([*cmd, "--inject", "kill-vm:every=1s"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith("error: unknown fault kind 'kill-vm'") and proc.stderr.count("\n") == 1
