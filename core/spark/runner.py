@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.errors import ConfigError, SpongeError
-from core.nexmark.generator import GeneratorConfig
+from core.nexmark.generator import GeneratorConfig, event_ids
 from core.nexmark.params import QueryParams
 from core.nexmark.queries import get_query
 from core.offload_chains import offload_chains
@@ -179,12 +179,13 @@ def run_query(config: RunConfig, progress: Callable[[dict], None] | None = None)
     wall_s = time.time() - started
     if config.input is not None:
         records_in = sum(p["numInputRows"] for p in epochs_progress) - n_sources  # minus the punctuations
-    else:
-        records_in = config.generator.events
+    else:  # routed streams also carry heartbeats and workers' results: count the records themselves
+        entities = [n.op.entity for n in logical.nodes if isinstance(n.op, Source)]
+        records_in = sum(len(event_ids(e, 0, config.generator.events)) for e in entities)
     routed = routed_to_workers(config, out) if session is not None else 0
     summary = {
         "query": config.query,
-        "events": records_in,
+        "events": records_in if config.input is not None else config.generator.events,
         "seed": None if config.input is not None else config.generator.seed,
         "records_in": records_in,
         "records_local": records_in - routed,
@@ -206,7 +207,6 @@ def run_query(config: RunConfig, progress: Callable[[dict], None] | None = None)
 
 def routed_to_workers(config: RunConfig, out: Path) -> int:
     """Records the routing log sent to the workers' share, over all routed entities (deterministic)."""
-    from core.nexmark.generator import event_ids
     from router.routing_log import RoutingLog, routed_mask
 
     total = 0
