@@ -70,6 +70,15 @@ def test_queries_lists_one_line_each() -> None:
         (("run", "q1"), ("--output",)),
         (("run", "q5", "-o", "x", "--window-size", "10", "--window-slide", "3"), ("multiple of the slide",)),
         (("reference", "nope", "-o", "x"), ("unknown query",)),
+        (("run", "q1", "-o", "x", "--offload-share", "1.5"), ("--offload-share",)),
+        (("run", "q1", "-o", "x", "--offload-share", "0.5", "--workers", "0"), ("--workers",)),
+        (("run", "q1", "-o", "x", "--offload-share", "0.5", "--target", "aws"), ("aws", "sponge deploy")),
+        (("run", "q1", "-o", "x", "--inject", "throttle:share=0.2"), ("--inject needs --offload-share",)),
+        (("run", "q1", "-o", "x", "--offload-share", "0.5", "--inject", "boom:x=1"), ("unknown fault kind",)),
+        (
+            ("run", "q1", "-o", "x", "--offload-share", "0.5", "--inject", "throttle:share=2"),
+            ("not in [0, 1]",),
+        ),
     ],
 )
 def test_bad_input_gives_one_line_error(args: tuple[str, ...], needles: tuple[str, ...]) -> None:

@@ -1,0 +1,40 @@
+"""`--inject` specs: every documented example parses, prints back the same, and typos are refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.errors import ConfigError
+from core.fault_spec import EXAMPLES, KINDS, FaultSpec, parse_duration
+
+
+@pytest.mark.parametrize("text", EXAMPLES)
+def test_examples_parse_and_round_trip(text: str) -> None:
+    spec = FaultSpec.parse(text)
+    assert FaultSpec.parse(spec.text()) == spec
+    assert set(dict(spec.params)) == set(KINDS[spec.kind])
+
+
+def test_values_are_seconds_and_fractions() -> None:
+    spec = FaultSpec.parse("slow-worker:share=0.1,delay=1.5m")
+    assert spec["share"] == 0.1 and spec["delay"] == 90.0
+    assert FaultSpec.parse("slow-worker:share=0.1")["delay"] == 30.0  # the documented default
+    assert parse_duration("500ms") == 0.5 and parse_duration("2") == 2.0
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("boom:every=1s", "unknown fault kind"),
+        ("kill-worker", "lacks every="),
+        ("kill-worker:every=0s", "must be positive"),
+        ("kill-worker:every=soon", "not a duration"),
+        ("throttle:share=1.2", "not in [0, 1]"),
+        ("throttle:share=0.1,every=1s", "not a parameter of throttle"),
+        ("task-failure:share", "not a parameter"),
+    ],
+)
+def test_bad_specs_say_what_is_wrong(text: str, needle: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        FaultSpec.parse(text)
+    assert needle in e.value.one_line()

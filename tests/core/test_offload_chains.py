@@ -1,0 +1,53 @@
+"""Which operators each source's offloaded records run through on workers."""
+
+from __future__ import annotations
+
+from core.expr import col
+from core.nexmark.params import QueryParams
+from core.nexmark.queries import entity_columns, get_query
+from core.offload_chains import PARTIAL, ROWS, chain_for, offload_chains
+from core.plan import WindowSpec
+from core.query import QueryBuilder, agg
+
+
+def _chains(query: str) -> list[tuple[str, tuple[str, ...], str, str | None]]:
+    plan = get_query(query).plan(QueryParams())
+    return [(c.entity, c.node_ids, c.kind, c.event_time) for c in offload_chains(plan)]
+
+
+def test_stateless_queries_offload_their_whole_chain() -> None:
+    assert _chains("q1") == [("bid", ("map1",), ROWS, "date_time")]
+    assert _chains("q2") == [("bid", ("filter1", "map2"), ROWS, None)]  # q2's map drops date_time
+
+
+def test_mergeable_aggregates_end_a_partial_chain() -> None:
+    assert _chains("q5") == [("bid", ("map1", "key_by2", "window_aggregate3"), PARTIAL, "date_time")]
+    assert _chains("q7") == [("bid", ("key_by1", "window_aggregate2"), PARTIAL, "date_time")]
+
+
+def test_joins_keep_their_state_on_the_vms_and_offload_what_feeds_them() -> None:
+    assert _chains("q8") == [
+        ("person", ("map1", "key_by2"), ROWS, "date_time"),
+        ("auction", ("map4", "key_by5"), ROWS, "a_date_time"),  # renamed event time is followed
+    ]
+    assert [c[2] for c in _chains("q3")] == [ROWS, ROWS]
+    assert [c[1] for c in _chains("q4")] == [("map1", "key_by2"), ("map4", "key_by5")]
+
+
+def test_a_sliding_window_of_records_is_not_merged_from_partials() -> None:
+    q = QueryBuilder("t")
+    bids = q.source("bid", entity_columns("bid"))
+    bids.key_by().window_aggregate(
+        WindowSpec(4, 2), top=agg("max_with_ties", col("price"), fields=("auction",))
+    ).sink()
+    plan = q.build()
+    chain = chain_for(plan, plan.nodes[0].id)
+    assert chain is not None and chain.kind == ROWS and chain.node_ids == (plan.nodes[1].id,)
+
+
+def test_a_source_that_fans_out_has_no_chain() -> None:
+    q = QueryBuilder("t")
+    bids = q.source("bid", entity_columns("bid"))
+    bids.map(auction=col("auction")).sink("a")
+    bids.map(price=col("price")).sink("b")
+    assert offload_chains(q.build()) == []
