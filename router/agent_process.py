@@ -9,7 +9,6 @@ counts of an agent that was killed are kept up to its last sample.
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import signal
@@ -199,7 +198,3 @@ class AgentProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def parse_listening(line: str) -> dict[str, Any]:
-    return json.loads(line)

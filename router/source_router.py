@@ -22,6 +22,7 @@ import time
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -35,6 +36,7 @@ from core.offload_plan import record_units
 if TYPE_CHECKING:
     from core.nexmark.generator import GeneratorConfig
     from lambda_worker.program import ProgramSpec
+    from lambda_worker.transient import TransientProgram
     from router.client import AgentClient
     from router.routing_log import Segment
 
@@ -97,6 +99,17 @@ class RouteOptions:
 
         return ProgramSpec.loads(self.program)
 
+    def compiled(self) -> TransientProgram:
+        return _compiled(self.program)
+
+
+@lru_cache(maxsize=16)
+def _compiled(program_json: str) -> TransientProgram:
+    """Compiled once per program per Python worker process: every task of the run reuses it."""
+    from lambda_worker.program import ProgramSpec
+
+    return ProgramSpec.loads(program_json).compile()
+
 
 # ---- schemas ------------------------------------------------------------------------------------
 
@@ -107,10 +120,8 @@ def _heartbeat_field() -> pa.Field:
 
 def output_schema(entity: str, route: RouteOptions) -> pa.Schema:
     """The Arrow schema of a routed stream: the entity's records, or the chain's output; plus `_hb`."""
-    if route.route == LOCAL:
-        base = schema_for(entity)
-    else:
-        base = route.spec().compile().output_schema(schema_for(entity))
+    records = schema_for(entity)
+    base = records if route.route == LOCAL else route.compiled().output_schema(records)
     return pa.schema([*base, _heartbeat_field()])
 
 
@@ -140,9 +151,7 @@ def _with_heartbeat_column(table: pa.Table, schema: pa.Schema) -> Iterator[pa.Re
 def _time_column(entity: str, route: RouteOptions) -> str | None:
     if route.route == LOCAL:
         return "date_time"
-    spec = route.spec()
-    program = spec.compile()
-    if program.aggregate is not None:
+    if route.compiled().aggregate is not None:
         return "window_start"
     return route.event_time
 

@@ -16,6 +16,12 @@ the stream reader is created), max_events_per_batch (200000), events_per_partiti
 When a paced query restarts from a checkpoint, pass pace_origin explicitly: otherwise the clock
 restarts and the query waits until it catches up with the checkpointed offset.
 
+Routed reads (router/source_router.py, ADR 0005): with route=local the stream keeps the records the
+routing log leaves on the VMs; with route=offload it sends the others through the VM agent and yields
+what the workers return. Options: route ("none" | "local" | "offload"), offload_dir (the routing
+log and current plan), and for offload: program (ProgramSpec JSON), agent (host:port), secret_file,
+event_time, chunk_rows, parallelism; fail_share and fault_dir inject task failures.
+
 The reader supports Trigger.AvailableNow (the target is fixed when Spark prepares the trigger): it
 then runs as many micro-batches as needed plus the final no-data batch that closes the windows.
 """
