@@ -19,13 +19,7 @@ from pyspark.sql import functions as F
 from core.errors import PlanError
 from core.plan import AggCall, WindowAggregate
 from core.spark.expr_spark import to_spark
-
-WINDOW_START = "window_start"
-
-
-def partial_columns(call: AggCall) -> list[str]:
-    """The columns one aggregate's partial occupies (lambda_worker/partials.py's table)."""
-    return [f"{call.out}__sum", f"{call.out}__count"] if call.fn == "avg" else [call.out]
+from lambda_worker.partials import WINDOW_START
 
 
 def _local_partial(call: AggCall) -> list[Column]:

@@ -126,8 +126,12 @@ def covering(segments: Sequence[Segment], start: int, end: int) -> tuple[Segment
     return tuple(out)
 
 
-def routed_mask(segments: Sequence[Segment], record_ids: np.ndarray, keys: object = None) -> np.ndarray:
-    """True for each record (by its source offset) that its segment's plan sends to the workers."""
+def routed_mask(segments: Sequence[Segment], record_ids: np.ndarray) -> np.ndarray:
+    """True for each record (by its source offset) that its segment's plan sends to the workers.
+
+    Routing is by record share; a plan that offloads key groups is refused by `offloaded_mask`
+    until the readers hand it the key column.
+    """
     ids = np.asarray(record_ids, dtype=np.int64)
     mask = np.zeros(len(ids), dtype=bool)
     for i, seg in enumerate(segments):
@@ -136,7 +140,5 @@ def routed_mask(segments: Sequence[Segment], record_ids: np.ndarray, keys: objec
         stop = segments[i + 1].start if i + 1 < len(segments) else np.iinfo(np.int64).max
         sel = (ids >= seg.start) & (ids < stop)
         if sel.any():
-            idx = np.flatnonzero(sel)
-            part_keys = keys.take(idx) if keys is not None else None  # type: ignore[attr-defined]
-            mask[idx] = offloaded_mask(seg.plan, part_keys, ids[idx])
+            mask[sel] = offloaded_mask(seg.plan, None, ids[sel])
     return mask

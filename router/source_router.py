@@ -51,8 +51,9 @@ TASK_FAILURE_SALT = 0x5851F42D4C957F2D
 class RouteOptions:
     """How one routed source stream reads: which share it keeps and where offloaded chunks go.
 
-    `event_time` names the offload stream's column that carries event time (the heartbeat sets it);
-    None when the chain's output drops it. `fail_share` and `fault_dir` inject task failures.
+    `event_time` names the offload stream's column that carries event time (the heartbeat sets it;
+    window_start for partial states); None when the chain's output drops it. `fail_share` and
+    `fault_dir` inject task failures.
     """
 
     route: str
@@ -148,14 +149,6 @@ def _with_heartbeat_column(table: pa.Table, schema: pa.Schema) -> Iterator[pa.Re
 # ---- the two routes -----------------------------------------------------------------------------
 
 
-def _time_column(entity: str, route: RouteOptions) -> str | None:
-    if route.route == LOCAL:
-        return "date_time"
-    if route.compiled().aggregate is not None:
-        return "window_start"
-    return route.event_time
-
-
 def read_routed(
     config: GeneratorConfig,
     entity: str,
@@ -171,20 +164,22 @@ def read_routed(
 
     schema = output_schema(entity, route)
     stop = min(end, config.events)
-    batch = generate(config, entity, start, stop)
-    mask = routed_mask(segments, event_ids(entity, start, stop))
+    # Which records this route keeps depends on their offsets alone: generate them only if any.
+    keep = routed_mask(segments, event_ids(entity, start, stop))
     if route.route == LOCAL:
-        kept = batch.filter(pa.array(~mask))
-        if kept.num_rows:
-            yield from _with_heartbeat_column(pa.Table.from_batches([kept]), schema)
-    else:
-        offloaded = batch.filter(pa.array(mask))
-        if offloaded.num_rows:
-            for table in _offload(route, start, end, offloaded):
-                if table.num_rows:
-                    yield from _with_heartbeat_column(table, schema)
+        keep = ~keep
+    if keep.any():
+        records = generate(config, entity, start, stop).filter(pa.array(keep))
+        tables = (
+            [pa.Table.from_batches([records])]
+            if route.route == LOCAL
+            else _offload(route, start, end, records)
+        )
+        for table in tables:
+            if table.num_rows:
+                yield from _with_heartbeat_column(table, schema)
     _maybe_fail(route, entity, start)
-    time_column = _time_column(entity, route)
+    time_column = "date_time" if route.route == LOCAL else route.event_time
     if stop > start:
         last_us = int(date_time_us(config, np.array([stop - 1], dtype=np.int64))[0])
         yield heartbeat_batch(schema, time_column, last_us)

@@ -160,18 +160,18 @@ class OffloadSession:
             spec = ProgramSpec(
                 self.query, chain.node_ids, self.params.window_size_s, self.params.window_slide_s
             )
+            time_column = "window_start" if chain.kind == PARTIAL else chain.event_time
             options: Mapping[str, str] = {
                 "route": "offload",
                 "program": spec.dumps(),
                 "agent": self.agent.address,
                 "secret_file": str(self.secret_file),
-                "event_time": chain.event_time or "",
+                "event_time": time_column or "",
                 "chunk_rows": str(self.config.chunk_rows),
                 "parallelism": str(self.config.workers),
                 **self._common(),
             }
             df = generated_stream(spark, run_config, chain.entity, pace_origin, options)
-            time_column = "window_start" if chain.kind == PARTIAL else chain.event_time
             df = keep_alive(df, time_column, heartbeats=True)
             return df.drop("window_end") if chain.kind == PARTIAL else df
 
