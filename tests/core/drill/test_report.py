@@ -1,0 +1,284 @@
+"""Tests of the drill report: the table, report.json, report.md and the plots people judge a drill by.
+
+The report is what the acceptance of a drill is read from, so the ratios it prints are checked against
+numbers computed here, and the awkward inputs a real drill produces (nulls, NaN, a run without some
+series, a single policy, no sponge run, no burst) must all still give a complete, valid report.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from core.drill import report as rep
+from core.drill.report import write_report
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+PLOTS = ("latency", "vm_cpu", "workers", "offload_share", "drill")
+DURATION = 90
+BURST = (20, 50)
+
+
+def _in_burst(s: int) -> bool:
+    return BURST[0] <= s < BURST[1]
+
+
+def _run(policy: str, peak: float, *, offloads: bool = False, **overrides: Any) -> dict[str, Any]:
+    """A run shaped like the runner's: p99 rises to `peak` during the burst, workers only if it offloads."""
+    p99 = [peak * (0.6 + 0.4 * (s - BURST[0]) / 29) if _in_burst(s) else 120.0 for s in range(DURATION)]
+    run: dict[str, Any] = {
+        "policy": policy,
+        "peak_p99_ms": peak,
+        "mean_p99_ms_during_burst": round(peak * 0.7, 1),
+        "p99_ms_by_second": p99,
+        "p50_ms_by_second": [v / 3 for v in p99],
+        "reaction_s": 1.2 if offloads else None,
+        "recovery_s": 8.0 if offloads else None,
+        "lambda_worker_seconds": 41.5 if offloads else 0.0,
+        "cost_usd": 0.0012 if offloads else 0.0,
+        "results_match_reference": True,
+        "vm_cpu_by_second": [0.97 if _in_burst(s) else 0.68 for s in range(DURATION)],
+        "workers_by_second": [3 if offloads and _in_burst(s) else 0 for s in range(DURATION)],
+        "offload_share_by_second": [0.45 if offloads and _in_burst(s) else 0.0 for s in range(DURATION)],
+        "vm_cores_by_second": [2 if policy == "vmbase" and s >= 45 else 1 for s in range(DURATION)],
+        "events": 4_200_000,
+        "wall_s": 95.3,
+        "notes": "new executor at 45.1 s" if policy == "vmbase" else "",
+    }
+    run.update(overrides)
+    return run
+
+
+def _report(*runs: dict[str, Any], **overrides: Any) -> dict[str, Any]:
+    report: dict[str, Any] = {
+        "query": "q5",
+        "pattern": "sudden:2x:30s",
+        "duration_s": DURATION,
+        "target": "embedded",
+        "stable_rate": 60000,
+        "burst": [{"start_s": float(BURST[0]), "end_s": float(BURST[1])}],
+        "rate_by_second": [120000 if _in_burst(s) else 60000 for s in range(DURATION)],
+        "generated_at": "2026-11-21T12:00:00Z",
+        "command": "sponge drill --query q5 --pattern sudden:2x:30s --compare sponge,noscaling,vmbase,over",
+        "runs": list(runs),
+    }
+    report.update(overrides)
+    return report
+
+
+def _four_policies() -> dict[str, Any]:
+    return _report(
+        _run("sponge", 850.0, offloads=True),
+        _run("noscaling", 4000.0),
+        _run("vmbase", 1930.0),
+        _run("over", 700.0),
+    )
+
+
+def _assert_png(path: Path) -> None:
+    data = path.read_bytes()
+    assert data[:8] == PNG_MAGIC, path
+    assert len(data) > 10_000, f"{path} is only {len(data)} bytes"
+
+
+def _assert_complete(paths: dict[str, Path], out: Path) -> None:
+    assert set(paths) == {"json", "markdown", *PLOTS}
+    for key in PLOTS:
+        assert paths[key] == out / f"{key}.png"
+        _assert_png(paths[key])
+    assert paths["json"] == out / "report.json"
+    assert paths["markdown"] == out / "report.md"
+    json.loads(paths["json"].read_text(), parse_constant=_no_nan)
+
+
+def _no_nan(token: str) -> None:
+    raise AssertionError(f"report.json holds {token}, which is not JSON")
+
+
+def test_a_four_policy_drill_writes_every_file_with_the_right_ratios(tmp_path: Path) -> None:
+    report = _four_policies()
+    original = copy.deepcopy(report)
+    console = Console(record=True, width=200)
+    paths = write_report(report, tmp_path / "out", console=console)
+
+    _assert_complete(paths, tmp_path / "out")
+    assert report == original, "write_report must not change its input"
+    assert json.loads(paths["json"].read_text()) == report
+
+    md = paths["markdown"].read_text()
+    assert md.startswith("# Burst drill: q5, sudden:2x:30s, 90 s (2026-11-21T12:00:00Z)")
+    assert report["command"] in md
+    assert "*measured on this machine*" in md
+    for policy in ("sponge", "noscaling", "vmbase", "over"):
+        assert f"| {policy} |" in md
+    # The verdict's ratios are sponge's peak over each other policy's, rounded to two decimals.
+    for other, peak in (("noscaling", 4000.0), ("vmbase", 1930.0), ("over", 700.0)):
+        assert f"{850.0 / peak:.2f}x {other}'s" in md
+    assert "0.21x noscaling's (target ≤ 0.3x: met)" in md
+    assert "0.44x vmbase's (target ≤ 0.5x: met)" in md
+    assert "1.21x over's (target ≤ 1.5x: met)" in md
+    assert "it first offloaded 1.2 s after the onset (target ≤ 2 s: met)" in md
+    assert "all outputs matched the batch reference" in md
+    # The table's ratio column is each policy's peak over sponge's.
+    assert "| sponge | 850 | 595 | 1.2 | 8.0 | 41.5 | $0.0012 | ✓ | 1.00x |" in md
+    assert "| noscaling | 4,000 | 2,800 | never | never | 0.0 | $0 | ✓ | 4.71x |" in md
+    assert "peak p99 vs sponge" in md
+    # Three or more policies get the pairwise matrix: vmbase's row, noscaling's column = 1930 / 4000.
+    assert "| vmbase | 2.27x | 0.48x | — | 2.76x |" in md
+    for key in PLOTS:
+        assert f"]({key}.png)" in md
+
+    text = console.export_text()
+    for policy in ("sponge", "noscaling", "vmbase", "over"):
+        assert policy in text
+    assert "peak p99 (ms)" in text and "4.71x" in text and "✓" in text
+    assert "measured on this machine" in text
+
+
+def test_nulls_nan_and_missing_series_are_tolerated(tmp_path: Path) -> None:
+    gappy = _run("sponge", 850.0, offloads=True)
+    gappy["p99_ms_by_second"][5] = None
+    gappy["p99_ms_by_second"][6] = math.nan
+    gappy["p99_ms_by_second"][-1] = None
+    gappy["vm_cpu_by_second"] = [None if s % 7 == 0 else 0.7 for s in range(DURATION)]
+    gappy["workers_by_second"] = gappy["workers_by_second"][:40]  # shorter than the trace
+    bare = {"policy": "noscaling", "peak_p99_ms": math.nan, "results_match_reference": None}
+    failed = _run("vmbase", 1930.0, results_match_reference=False, cost_usd=None)
+    del failed["offload_share_by_second"], failed["vm_cores_by_second"]
+    report = _report(gappy, bare, failed)
+
+    paths = write_report(report, tmp_path, console=Console(record=True, width=200))
+
+    _assert_complete(paths, tmp_path)
+    written = json.loads(paths["json"].read_text())
+    assert written["runs"][0]["p99_ms_by_second"][5] is None
+    assert written["runs"][0]["p99_ms_by_second"][6] is None  # NaN is written as null
+    assert written["runs"][1]["peak_p99_ms"] is None
+    md = paths["markdown"].read_text()
+    assert "| noscaling | n/a | n/a | never | never | n/a | n/a | — | n/a |" in md
+    assert "n/a noscaling's" in md
+    assert "0.44x vmbase's" in md
+    assert "the outputs of vmbase did NOT match the batch reference" in md
+    assert "noscaling was not checked against the batch reference" in md
+
+
+def test_a_single_run_gives_a_complete_report(tmp_path: Path) -> None:
+    report = _report(_run("sponge", 850.0, offloads=True))
+    paths = write_report(report, tmp_path)
+
+    _assert_complete(paths, tmp_path)
+    md = paths["markdown"].read_text()
+    assert "| sponge | 850 |" in md and "| 1.00x |" in md
+    assert "row ÷ column" not in md
+    assert "sponge's peak p99 was 850 ms; its mean p99 during the burst was 595 ms" in md
+    assert "its output matched the batch reference" in md
+
+
+def test_without_sponge_the_first_run_is_the_reference(tmp_path: Path) -> None:
+    report = _report(_run("noscaling", 4000.0), _run("vmbase", 1930.0))
+    md = rep.write_markdown(report, tmp_path, plots=[]).read_text()
+
+    assert "peak p99 vs noscaling" in md
+    assert f"noscaling's peak p99 was 4,000 ms: {4000 / 1930:.2f}x vmbase's;" in md
+    assert "| vmbase | 1,930 | 1,351 | never | never | 0.0 | $0 | ✓ | 0.48x |" in md
+    assert "target ≤" not in md, "the acceptance targets are about sponge only"
+    assert "it never offloaded a record" in md
+    assert "row ÷ column" not in md  # two policies: the ratio column says it all
+
+
+def test_missed_targets_are_called_missed() -> None:
+    report = _report(
+        _run("sponge", 1500.0, offloads=True, reaction_s=3.4),
+        _run("noscaling", 3000.0),
+    )
+    text = rep.verdict(report)
+    assert "0.50x noscaling's (target ≤ 0.3x: missed)" in text
+    assert "it first offloaded 3.4 s after the onset (target ≤ 2 s: missed)" in text
+
+
+def test_no_runs_and_no_burst_still_write_every_file(tmp_path: Path) -> None:
+    report = _report(burst=[], rate_by_second=None)
+    paths = write_report(report, tmp_path, label="simulated")
+
+    _assert_complete(paths, tmp_path)
+    md = paths["markdown"].read_text()
+    assert "*simulated*" in md and "no burst" in md
+    assert "No runs were recorded." in md
+
+
+def test_without_a_burst_reaction_and_recovery_read_as_not_applicable() -> None:
+    report = _report(_run("sponge", 300.0), burst=[])
+    row = rep._table_rows(report)[0]
+    assert [text for text, _ in row[3:5]] == ["—", "—"]
+    assert "offloaded" not in rep.verdict(report)
+
+
+def test_missing_summary_figures_are_computed_from_the_series() -> None:
+    run = _run("sponge", 850.0)
+    del run["peak_p99_ms"], run["mean_p99_ms_during_burst"]
+    p99 = run["p99_ms_by_second"]
+    assert rep.peak_p99(run) == max(p99)
+    bursts = [(20.0, 50.0)]
+    assert rep.mean_p99_during_burst(run, bursts) == pytest.approx(sum(p99[20:50]) / 30)
+
+
+def test_peak_ratios_hold_every_pair_and_duplicate_policies_get_distinct_labels() -> None:
+    report = _report(_run("sponge", 800.0), _run("sponge", 400.0), _run("over", 0.0))
+    assert rep.policy_labels(report) == ["sponge", "sponge #2", "over"]
+    ratios = rep.peak_ratios(report)
+    assert ratios["sponge"]["sponge #2"] == pytest.approx(2.0)
+    assert ratios["sponge #2"]["sponge"] == pytest.approx(0.5)
+    assert ratios["sponge"]["over"] is None  # a zero peak gives no ratio, not a division error
+    assert ratios["over"]["sponge"] == 0.0
+
+
+def test_report_json_keeps_the_contract_keys_first_and_series_on_one_line(tmp_path: Path) -> None:
+    report = _four_policies()
+    report["runs"][0] = dict(reversed(list(report["runs"][0].items())))
+    report = dict(reversed(list(report.items())))
+    text = rep.write_json(report, tmp_path).read_text()
+
+    assert list(json.loads(text)) == [
+        "query", "pattern", "duration_s", "target", "stable_rate", "burst", "generated_at", "command",
+        "runs", "rate_by_second",
+    ]  # fmt: skip
+    assert list(json.loads(text)["runs"][0])[:3] == ["policy", "peak_p99_ms", "mean_p99_ms_during_burst"]
+    assert text.count("\n") < 150, "per-second series must not take a line per value"
+    assert text == rep.write_json(report, tmp_path).read_text()
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [(None, "n/a"), (4.25, "4.2"), (850.0, "850"), (12345.6, "12,346")],
+)
+def test_fmt_ms(value: float | None, text: str) -> None:
+    assert rep.fmt_ms(value) == text
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [(None, "n/a"), (0.2125, "0.21x"), (4.705, "4.71x"), (12.34, "12.3x"), (150.2, "150x")],
+)
+def test_fmt_ratio(value: float | None, text: str) -> None:
+    assert rep.fmt_ratio(value) == text
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [(None, "n/a"), (0.0, "$0"), (0.0012, "$0.0012"), (0.000012345, "$0.000012"), (3.456, "$3.46")],
+)
+def test_fmt_usd(value: float | None, text: str) -> None:
+    assert rep.fmt_usd(value) == text
+
+
+def test_importing_the_report_module_does_not_import_matplotlib() -> None:
+    code = "import sys, core.drill.report; assert 'matplotlib' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[3])
