@@ -358,7 +358,7 @@ def verdict(report: Mapping[str, Any]) -> str:
         head += ": " + _join(comparisons)
     mean = mean_p99_during_burst(run, bursts)
     if mean is not None:
-        head += f"; its mean p99 during the burst was {fmt_ms(mean)} ms"
+        head += f"; its mean p99 during the burst{'s' if len(bursts) > 1 else ''} was {fmt_ms(mean)} ms"
     clauses = [head]
 
     if bursts:
