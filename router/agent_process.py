@@ -56,6 +56,7 @@ class AgentProcessConfig:
     host: str = "127.0.0.1"
     port: int = field(default_factory=free_port)
     start_timeout_s: float = 60.0
+    cpus: frozenset[int] | None = None  # pin the agent and its workers (drills: the "Lambda" cores)
 
     def argv(self) -> list[str]:
         args = [
@@ -111,6 +112,8 @@ class AgentProcess:
             start_new_session=True,
         )
         assert proc.stdout is not None
+        if self.config.cpus:  # before any worker is forked: they inherit the agent's affinity
+            os.sched_setaffinity(proc.pid, self.config.cpus)
         deadline = time.time() + self.config.start_timeout_s
         line = ""
         while time.time() < deadline:

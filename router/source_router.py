@@ -159,17 +159,18 @@ def read_routed(
     segments: tuple[Segment, ...],
 ) -> Iterator[pa.RecordBatch]:
     """The batches of one routed source task over events [start, end)."""
-    from core.nexmark.generator import date_time_us, event_ids, generate
+    from core.nexmark.generator import date_time_us, event_ids, generate_ids
     from router.routing_log import routed_mask
 
     schema = output_schema(entity, route)
     stop = min(end, config.events)
-    # Which records this route keeps depends on their offsets alone: generate them only if any.
-    keep = routed_mask(segments, event_ids(entity, start, stop))
+    # Which records this route keeps depends on their offsets alone: build only those.
+    ids = event_ids(entity, start, stop)
+    keep = routed_mask(segments, ids)
     if route.route == LOCAL:
         keep = ~keep
     if keep.any():
-        records = generate(config, entity, start, stop).filter(pa.array(keep))
+        records = generate_ids(config, entity, ids[keep])
         tables = (
             [pa.Table.from_batches([records])]
             if route.route == LOCAL

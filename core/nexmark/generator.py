@@ -167,7 +167,15 @@ def event_ids(entity: str, start: int, end: int) -> np.ndarray:
 
 def generate(config: GeneratorConfig, entity: str, start: int, end: int) -> pa.RecordBatch:
     """The `entity` rows among events [start, end) ∩ [0, config.events), ascending by event index."""
-    n = event_ids(entity, start, min(int(end), config.events))
+    return generate_ids(config, entity, event_ids(entity, start, min(int(end), config.events)))
+
+
+def generate_ids(config: GeneratorConfig, entity: str, n: np.ndarray) -> pa.RecordBatch:
+    """The rows of the `entity` events with global indices `n` (ascending, all of that entity).
+
+    Every column is a pure function of the event index, so a router can build only the records its
+    route keeps and a subset equals the same rows filtered out of the whole range.
+    """
     return _BUILDERS[entity](_Draw(config.seed, n), date_time_us(config, n))
 
 

@@ -20,6 +20,7 @@ from core.nexmark.generator import (
     GeneratorConfig,
     event_ids,
     generate,
+    generate_ids,
     iter_batches,
 )
 from core.nexmark.schedule import RateSchedule
@@ -118,6 +119,17 @@ def test_any_split_of_a_range_generates_the_same_rows(
     backwards = [generate(config, entity, lo, hi) for lo, hi in reversed(ranges)][::-1]
     assert pa.Table.from_batches(backwards, schema=schema_for(entity)).equals(whole)
     assert _table(config, entity, 0, events).equals(whole)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(ENTITIES), st.integers(0, 2**63), st.integers(0, 2**64 - 1))
+def test_any_subset_of_ids_generates_the_rows_of_the_whole_range(entity: str, seed: int, bits: int) -> None:
+    """The router builds only the records its route keeps: they must be the whole range's rows."""
+    config = GeneratorConfig(seed=seed, events=3_000)
+    ids = event_ids(entity, 0, 3_000)
+    keep = np.array([(bits >> (i % 64)) & 1 == 1 for i in range(len(ids))], dtype=bool)
+    whole = generate(config, entity, 0, 3_000).filter(pa.array(keep))
+    assert pa.Table.from_batches([generate_ids(config, entity, ids[keep])]).equals(pa.Table.from_batches([whole]))
 
 
 def test_iter_batches_cover_everything(tables: dict[str, pa.Table]) -> None:
