@@ -7,9 +7,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test test-fast drill lint bench clean java
+.PHONY: setup test test-fast drill lint bench clean java localstack-setup localstack localstack-stop
 
-setup: $(STAMP)
+setup: $(STAMP) localstack-setup
 
 java:
 	@if ! command -v java >/dev/null 2>&1 || ! java -version 2>&1 | grep -qE 'version "(1[7-9]|[2-9][0-9])'; then \
@@ -49,6 +49,16 @@ bench: setup
 
 bench-offload: setup
 	$(BIN)/python -m bench.offload
+
+# LocalStack in host mode (no Docker) from its own virtualenv; docs/localstack.md.
+localstack-setup:
+	@infra/localstack/setup.sh
+
+localstack: setup
+	$(BIN)/python -m infra.localstack.launcher start
+
+localstack-stop:
+	@$(BIN)/python -m infra.localstack.launcher stop
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .hypothesis
