@@ -1,0 +1,468 @@
+"""The CDK twin of template.yaml: the same parameters, conditions, resources, permissions and outputs.
+
+Why CloudFormation-level (L1) constructs rather than CDK's higher-level ones: the SAM template is the
+reference (it is what LocalStack deploys and what cfn-lint checks), and the L2 constructs add their
+own roles, policies and custom resources (log retention, auto-delete) that would make the two stacks
+differ in what they may do. L1 constructs with the template's logical IDs keep them comparable
+resource by resource (tests/infra/test_cdk_matches_template.py), and a stack deployed from one can be
+updated from the other.
+
+What SAM's AutoPublishAlias does is spelt out here: a Lambda version (retained on replacement, so the
+alias can move back) and the alias "live" on it. The version's logical ID carries the code asset's
+hash so that new code publishes a new version, as SAM's hashed IDs do; the image function's version
+carries the image URI in its description for the same reason (a new description replaces it).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from aws_cdk import (
+    Acknowledgment,
+    Aws,
+    CfnCondition,
+    CfnDeletionPolicy,
+    CfnOutput,
+    CfnParameter,
+    CfnResource,
+    Fn,
+    Stack,
+    Token,
+    Validations,
+)
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_s3_assets as s3_assets
+from constructs import Construct
+
+HANDLER = "lambda_worker.handler.handler"
+RUNTIME = "python3.13"
+MEMORY_MB = 1769  # one vCPU, as in the Sponge paper
+ALIAS = "live"
+LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 3653)
+FUNCTION_NAME = "${AWS::StackName}-worker"
+STACK_DESCRIPTION = (
+    "Sponge on Spark - transient Lambda workers, staging bucket and the Spark cluster's policy"
+)
+ROLE_DESCRIPTION = "Execution role of the Sponge workers - their own log group and the staging bucket only"
+POLICY_DESCRIPTION = (
+    "Lets the Spark cluster invoke the Sponge workers of this stack and use its staging bucket"
+)
+ENI_POLICY = "arn:${AWS::Partition}:iam::aws:policy/service-role/AWSLambdaENIManagementAccess"
+FUNCTION_ARN = "arn:${AWS::Partition}:lambda:${AWS::Region}:${AWS::AccountId}:function:" + FUNCTION_NAME
+
+
+def _unless(condition: str, value: Any) -> Any:
+    """The value where the condition holds, no property at all where it does not (Fn::If with NoValue)."""
+    return Fn.condition_if(condition, value, Aws.NO_VALUE)
+
+
+class WorkerStack(Stack):
+    """Sponge's Lambda side: transient workers, their log group, the staging bucket, the cluster's policy."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, code_dir: Path, **kwargs: Any) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        self._parameters()
+        self._conditions()
+        log_group = self._log_group()
+        bucket = self._staging_bucket()
+        role = self._worker_role(log_group, bucket)
+        code = s3_assets.Asset(self, "WorkerCode", path=str(code_dir))
+        zip_code = lambda_.CfnFunction.CodeProperty(s3_bucket=code.s3_bucket_name, s3_key=code.s3_object_key)
+        self._function("WorkerFunction", "UseZip", role, log_group, bucket, zip_code, code.asset_hash[:10])
+        image_code = lambda_.CfnFunction.CodeProperty(image_uri=self.image_uri.value_as_string)
+        self._function("WorkerImageFunction", "UseImage", role, log_group, bucket, image_code, "")
+        policy = self._spark_cluster_policy(bucket)
+        self._outputs(log_group, bucket, policy)
+
+    def _parameters(self) -> None:
+        self.architecture = CfnParameter(
+            self,
+            "Architecture",
+            type="String",
+            default="arm64",
+            allowed_values=["arm64", "x86_64"],
+            description="CPU architecture of the workers; the package's native wheels must match it.",
+        )
+        self.timeout = CfnParameter(
+            self,
+            "WorkerTimeout",
+            type="Number",
+            default=300,
+            min_value=3,
+            max_value=900,
+            description="Seconds a worker session may run; the invoker's read timeout is set above this.",
+        )
+        self.reserved = CfnParameter(
+            self,
+            "ReservedConcurrency",
+            type="Number",
+            default=50,
+            min_value=0,
+            max_value=10000,
+            description="Reserved concurrency, i.e. the most workers at once; 0 reserves none.",
+        )
+        self.cold_start_mode = CfnParameter(
+            self,
+            "ColdStartMode",
+            type="String",
+            default="none",
+            allowed_values=["none", "snapstart", "provisioned"],
+            description="How cold starts are fought: none, snapstart (zip package only) or provisioned.",
+        )
+        self.provisioned = CfnParameter(
+            self,
+            "ProvisionedConcurrency",
+            type="Number",
+            default=2,
+            min_value=1,
+            description="Warm environments kept on the alias when ColdStartMode is provisioned.",
+        )
+        self.subnet_ids = CfnParameter(
+            self,
+            "SubnetIds",
+            type="CommaDelimitedList",
+            default="",
+            description="Subnets (in the Spark cluster's VPC) for the workers; empty: no VPC.",
+        )
+        self.security_group = CfnParameter(
+            self,
+            "SecurityGroupId",
+            type="String",
+            default="",
+            description="Security group for the workers' network interfaces.",
+        )
+        self.log_retention = CfnParameter(
+            self,
+            "LogRetentionDays",
+            type="Number",
+            default=14,
+            allowed_values=[str(d) for d in LOG_RETENTION_DAYS],
+            description="Days the workers' logs (and EMF metrics records) are kept.",
+        )
+        self.expiration = CfnParameter(
+            self,
+            "StagingExpirationDays",
+            type="Number",
+            default=7,
+            min_value=1,
+            description="Days after which staged objects are deleted from the staging bucket.",
+        )
+        self.image_uri = CfnParameter(
+            self,
+            "WorkerImageUri",
+            type="String",
+            default="",
+            description="ECR image URI of the worker as a container image; when given, it replaces the zip.",
+        )
+        self.cluster_role = CfnParameter(
+            self,
+            "SparkClusterRoleName",
+            type="String",
+            default="",
+            description="Optional name of the Spark cluster's instance role; the policy is attached to it.",
+        )
+
+    def _conditions(self) -> None:
+        CfnCondition(
+            self,
+            "AttachVpc",
+            expression=Fn.condition_and(
+                Fn.condition_not(Fn.condition_equals(Fn.join("", self.subnet_ids.value_as_list), "")),
+                Fn.condition_not(Fn.condition_equals(self.security_group.value_as_string, "")),
+            ),
+        )
+        CfnCondition(
+            self,
+            "HasReservedConcurrency",
+            expression=Fn.condition_not(Fn.condition_equals(self.reserved.value_as_number, 0)),
+        )
+        CfnCondition(
+            self,
+            "UseImage",
+            expression=Fn.condition_not(Fn.condition_equals(self.image_uri.value_as_string, "")),
+        )
+        CfnCondition(self, "UseZip", expression=Fn.condition_equals(self.image_uri.value_as_string, ""))
+        CfnCondition(
+            self,
+            "UseSnapStart",
+            expression=Fn.condition_equals(self.cold_start_mode.value_as_string, "snapstart"),
+        )
+        CfnCondition(
+            self,
+            "UseProvisioned",
+            expression=Fn.condition_equals(self.cold_start_mode.value_as_string, "provisioned"),
+        )
+        CfnCondition(
+            self,
+            "HasClusterRole",
+            expression=Fn.condition_not(Fn.condition_equals(self.cluster_role.value_as_string, "")),
+        )
+
+    def _log_group(self) -> logs.CfnLogGroup:
+        group = logs.CfnLogGroup(
+            self,
+            "WorkerLogGroup",
+            log_group_name=Fn.sub("/aws/lambda/" + FUNCTION_NAME),
+            retention_in_days=self.log_retention.value_as_number,
+        )
+        _delete_with_stack(group)
+        return group
+
+    def _staging_bucket(self) -> s3.CfnBucket:
+        bucket = s3.CfnBucket(
+            self,
+            "StagingBucket",
+            bucket_encryption=s3.CfnBucket.BucketEncryptionProperty(
+                server_side_encryption_configuration=[
+                    s3.CfnBucket.ServerSideEncryptionRuleProperty(
+                        server_side_encryption_by_default=s3.CfnBucket.ServerSideEncryptionByDefaultProperty(
+                            sse_algorithm="AES256"
+                        )
+                    )
+                ]
+            ),
+            public_access_block_configuration=s3.CfnBucket.PublicAccessBlockConfigurationProperty(
+                block_public_acls=True,
+                block_public_policy=True,
+                ignore_public_acls=True,
+                restrict_public_buckets=True,
+            ),
+            lifecycle_configuration=s3.CfnBucket.LifecycleConfigurationProperty(
+                rules=[
+                    s3.CfnBucket.RuleProperty(
+                        id="ExpireStagedObjects",
+                        status="Enabled",
+                        expiration_in_days=self.expiration.value_as_number,
+                    )
+                ]
+            ),
+        )
+        _delete_with_stack(bucket)
+        s3.CfnBucketPolicy(
+            self,
+            "StagingBucketPolicy",
+            bucket=bucket.ref,
+            policy_document={
+                "Version": "2012-10-17",
+                "Statement": [
+                    {
+                        "Sid": "DenyInsecureTransport",
+                        "Effect": "Deny",
+                        "Principal": "*",
+                        "Action": "s3:*",
+                        "Resource": [bucket.attr_arn, Fn.sub("${StagingBucket.Arn}/*")],
+                        "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+                    }
+                ],
+            },
+        )
+        return bucket
+
+    def _worker_role(self, log_group: logs.CfnLogGroup, bucket: s3.CfnBucket) -> iam.CfnRole:
+        return iam.CfnRole(
+            self,
+            "WorkerRole",
+            description=ROLE_DESCRIPTION,
+            assume_role_policy_document={
+                "Version": "2012-10-17",
+                "Statement": [
+                    {
+                        "Effect": "Allow",
+                        "Principal": {"Service": "lambda.amazonaws.com"},
+                        "Action": "sts:AssumeRole",
+                    }
+                ],
+            },
+            managed_policy_arns=Token.as_list(_unless("AttachVpc", [Fn.sub(ENI_POLICY)])),
+            policies=[
+                iam.CfnRole.PolicyProperty(
+                    policy_name="worker",
+                    policy_document={
+                        "Version": "2012-10-17",
+                        "Statement": [
+                            {
+                                "Sid": "OwnLogGroup",
+                                "Effect": "Allow",
+                                "Action": ["logs:CreateLogStream", "logs:PutLogEvents"],
+                                "Resource": log_group.attr_arn,
+                            },
+                            {
+                                "Sid": "StagingObjects",
+                                "Effect": "Allow",
+                                "Action": ["s3:GetObject", "s3:PutObject"],
+                                "Resource": Fn.sub("${StagingBucket.Arn}/*"),
+                            },
+                        ],
+                    },
+                )
+            ],
+        )
+
+    def _function(
+        self,
+        logical_id: str,
+        condition: str,
+        role: iam.CfnRole,
+        log_group: logs.CfnLogGroup,
+        bucket: s3.CfnBucket,
+        code: lambda_.CfnFunction.CodeProperty,
+        code_hash: str,
+    ) -> None:
+        """One variant of the worker function (zip or image) with its version and alias, under a condition."""
+        image = condition == "UseImage"
+        function = lambda_.CfnFunction(
+            self,
+            logical_id,
+            function_name=Fn.sub(FUNCTION_NAME),
+            description=f"Sponge transient worker ({'container image' if image else 'zip package'})",
+            code=code,
+            package_type="Image" if image else None,
+            handler=None if image else HANDLER,
+            runtime=None if image else RUNTIME,
+            image_config=lambda_.CfnFunction.ImageConfigProperty(command=[HANDLER]) if image else None,
+            architectures=[self.architecture.value_as_string],
+            memory_size=MEMORY_MB,
+            timeout=self.timeout.value_as_number,
+            role=role.attr_arn,
+            reserved_concurrent_executions=Token.as_number(
+                _unless("HasReservedConcurrency", self.reserved.value_as_number)
+            ),
+            # Inside Fn::If, CDK renders property structs with their Python-side casing: spell them out.
+            snap_start=None if image else _unless("UseSnapStart", {"ApplyOn": "PublishedVersions"}),
+            vpc_config=_unless(
+                "AttachVpc",
+                {
+                    "SubnetIds": self.subnet_ids.value_as_list,
+                    "SecurityGroupIds": [self.security_group.value_as_string],
+                },
+            ),
+            environment=lambda_.CfnFunction.EnvironmentProperty(
+                variables={
+                    "POWERTOOLS_SERVICE_NAME": "sponge-worker",
+                    "POWERTOOLS_METRICS_NAMESPACE": "Sponge",
+                    "POWERTOOLS_TRACE_DISABLED": "true",
+                    "SPONGE_STAGING_BUCKET": bucket.ref,
+                }
+            ),
+        )
+        _only_if(function, self, condition)
+        # CDK's synth-time check reads VpcConfig with the empty default IDs, ignoring that AttachVpc is false
+        # for them; cfn-lint on template.yaml, which honours the condition, passes.
+        Validations.of(function).acknowledge(
+            *(
+                Acknowledgment(
+                    id=f"CloudFormation-Validate::{rule}", reason="VpcConfig only when IDs are given"
+                )
+                for rule in ("F3031", "E1150")
+            )
+        )
+        function.add_resource_dependency(log_group, "the group must exist before Lambda would create it")
+
+        version = lambda_.CfnVersion(
+            self,
+            f"{logical_id}Version",
+            function_name=function.ref,
+            description=Fn.sub("image ${WorkerImageUri}") if image else None,
+        )
+        version.override_logical_id(f"{logical_id}Version{code_hash}")
+        version.cfn_options.deletion_policy = CfnDeletionPolicy.RETAIN
+        version.cfn_options.update_replace_policy = CfnDeletionPolicy.RETAIN
+        _only_if(version, self, condition)
+
+        alias = lambda_.CfnAlias(
+            self,
+            f"{logical_id}Alias{ALIAS}",
+            name=ALIAS,
+            function_name=function.ref,
+            function_version=version.attr_version,
+            provisioned_concurrency_config=_unless(
+                "UseProvisioned", {"ProvisionedConcurrentExecutions": self.provisioned.value_as_number}
+            ),
+        )
+        _only_if(alias, self, condition)
+
+    def _spark_cluster_policy(self, bucket: s3.CfnBucket) -> iam.CfnManagedPolicy:
+        return iam.CfnManagedPolicy(
+            self,
+            "SparkClusterPolicy",
+            description=POLICY_DESCRIPTION,
+            roles=Token.as_list(_unless("HasClusterRole", [self.cluster_role.value_as_string])),
+            policy_document={
+                "Version": "2012-10-17",
+                "Statement": [
+                    {
+                        "Sid": "InvokeWorkers",
+                        "Effect": "Allow",
+                        "Action": [
+                            "lambda:InvokeFunction",
+                            "lambda:GetFunction",
+                            "lambda:GetFunctionConfiguration",
+                        ],
+                        "Resource": [Fn.sub(FUNCTION_ARN), Fn.sub(FUNCTION_ARN + ":*")],
+                    },
+                    {
+                        "Sid": "ListStagingBucket",
+                        "Effect": "Allow",
+                        "Action": ["s3:ListBucket", "s3:GetBucketLocation"],
+                        "Resource": bucket.attr_arn,
+                    },
+                    {
+                        "Sid": "StagingObjects",
+                        "Effect": "Allow",
+                        "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"],
+                        "Resource": Fn.sub("${StagingBucket.Arn}/*"),
+                    },
+                ],
+            },
+        )
+
+    def _outputs(
+        self, log_group: logs.CfnLogGroup, bucket: s3.CfnBucket, policy: iam.CfnManagedPolicy
+    ) -> None:
+        def output(name: str, value: Any, description: str) -> None:
+            # Outputs may share a name with a parameter or resource in a template, not in a construct tree.
+            out = CfnOutput(self, f"Output{name}", value=Token.as_string(value), description=description)
+            out.override_logical_id(name)
+
+        # By name, not by reference: either variant of the function bears it; outputs wait for all resources.
+        output(
+            "FunctionName",
+            Fn.sub(FUNCTION_NAME),
+            "Name of the worker function (what the boto3 invoker calls)",
+        )
+        output("FunctionArn", Fn.sub(FUNCTION_ARN), "ARN of the worker function (unqualified)")
+        output(
+            "FunctionAlias",
+            ALIAS,
+            "Alias to invoke (qualifier); SnapStart and provisioned concurrency apply only through it",
+        )
+        output(
+            "FunctionTimeout",
+            self.timeout.value_as_string,
+            "The function's timeout in seconds (the invoker's read timeout goes above it)",
+        )
+        output(
+            "ReservedConcurrency", self.reserved.value_as_string, "Reserved concurrency (0 = none reserved)"
+        )
+        output("StagingBucket", bucket.ref, "Name of the encrypted, TLS-only staging bucket")
+        output(
+            "SparkClusterPolicyArn",
+            policy.ref,
+            "Managed policy to attach to the Spark cluster's instance role",
+        )
+        output("Region", Aws.REGION, "Region of the stack (the invoker's region)")
+        output("LogGroupName", log_group.ref, "Log group of the workers (logs and EMF metrics)")
+
+
+def _delete_with_stack(resource: CfnResource) -> None:
+    """Transient data (logs, staged objects) goes with the stack, said explicitly as cfn-lint asks."""
+    resource.cfn_options.deletion_policy = CfnDeletionPolicy.DELETE
+    resource.cfn_options.update_replace_policy = CfnDeletionPolicy.DELETE
+
+
+def _only_if(resource: CfnResource, stack: Stack, condition: str) -> None:
+    resource.cfn_options.condition = stack.node.find_child(condition)  # type: ignore[assignment]
