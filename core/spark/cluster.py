@@ -1,0 +1,455 @@
+"""A Spark standalone cluster on 127.0.0.1, for drills that add "VMs" (persistent bursts, VMBase).
+
+Why: Spark's local[N] is one executor that cannot grow, so a drill that buys VMs needs real executor
+processes that join a running application. Here a master and each worker are separate JVMs started
+from the pip pyspark package (`$SPARK_HOME/bin/spark-class ...deploy.master.Master` / `...Worker`,
+SPARK_HOME = the package dir). A running application keeps asking for cores (spark.cores.max unset),
+so when `add_worker` brings up a new worker, the master launches an executor for it there: that is
+the new VM becoming usable. `launch_delay_s` models the VM's boot.
+
+How the processes are kept in hand:
+* every process is its own process group (setsid), so `stop()` signals the worker and the executors it
+  forked at once (executors inherit the group; PySpark's daemon leaves it, so stop() also kills any
+  descendant still alive);
+* every process asks the kernel to SIGKILL it when its parent dies (PR_SET_PDEATHSIG, as the embedded
+  Lambda fleet does), so a SIGKILLed Python leaves no master or worker behind; an executor whose worker
+  dies exits by itself (Spark's WorkerWatcher). Linux sends that signal when the *thread* that forked
+  the child ends, so all processes are started from one thread that lives as long as the cluster;
+* `WorkerSpec.cpus` pins a worker with sched_setaffinity before exec (the same as `taskset -c`); the
+  executors and Python workers it forks inherit the mask (tests/core/spark/test_cluster.py checks).
+
+Everything binds to 127.0.0.1 on free ports; the master's REST submission server is off, its web UI
+(needed for the JSON status endpoint) and the workers' are on free ports; logs go to the run directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import itertools
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from core.errors import ConfigError, MissingDependencyError, SpongeError
+from core.spark.session import check_java
+
+MASTER_CLASS = "org.apache.spark.deploy.master.Master"
+WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+MIN_WORKER_MEMORY_MB = 512
+
+
+class ClusterError(SpongeError):
+    """The standalone cluster did not come up, or a worker did not register in time."""
+
+
+def pyspark_home() -> Path:
+    """The pip pyspark package directory, which ships bin/spark-class and the jars (SPARK_HOME)."""
+    import pyspark
+
+    return Path(pyspark.__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """One worker ("VM"): cores and memory it offers, and the CPUs it is pinned to (empty: not pinned).
+
+    memory_mb must cover an executor's spark.executor.memory (1g by default) or no executor starts.
+    """
+
+    cores: int = 1
+    memory_mb: int = 1024
+    cpus: tuple[int, ...] = ()
+
+    def validate(self, available_cpus: frozenset[int]) -> None:
+        if not isinstance(self.cores, int) or self.cores < 1:
+            raise ConfigError(f"a worker needs >= 1 core, got {self.cores!r}")
+        if self.memory_mb < MIN_WORKER_MEMORY_MB:
+            raise ConfigError(f"a worker needs >= {MIN_WORKER_MEMORY_MB} MB, got {self.memory_mb}",
+                              hint="it must fit an executor (spark.executor.memory, 1g by default)")
+        unknown = sorted(set(self.cpus) - available_cpus)
+        if unknown:
+            raise ConfigError(f"cannot pin a worker to CPUs {unknown}",
+                              hint=f"this process may use CPUs {sorted(available_cpus)}")
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """A master and the workers it starts with; `run_dir` receives the logs and the workers' work dirs.
+
+    spark_home: None means the pip pyspark package. python: the interpreter PySpark workers run (must
+    have the project installed). daemon_memory_mb and daemon_java_opts: heap and flags of the master
+    and worker JVMs, not of executors. The default flags (serial GC, C1 JIT only) halve their start-up
+    on a busy two-core machine (about 10 s to 5 s for a master and a worker); they do little work after.
+    """
+
+    run_dir: Path
+    workers: tuple[WorkerSpec, ...] = (WorkerSpec(),)
+    host: str = "127.0.0.1"
+    spark_home: Path | None = None
+    python: str = sys.executable
+    daemon_memory_mb: int = 256
+    daemon_java_opts: str = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
+    start_timeout_s: float = 90.0
+    poll_interval_s: float = 0.1
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.daemon_memory_mb < 64:
+            raise ConfigError(f"daemon_memory_mb must be >= 64, got {self.daemon_memory_mb}")
+        if self.start_timeout_s <= 0 or self.poll_interval_s <= 0:
+            raise ConfigError("start_timeout_s and poll_interval_s must be positive")
+        available = frozenset(os.sched_getaffinity(0))
+        for spec in self.workers:
+            spec.validate(available)
+
+
+@dataclass
+class PendingWorker:
+    """A worker asked for by `add_worker`: it launches after its delay and registers with the master.
+
+    Times are time.monotonic() stamps: requested_at (the call), launched_at (process started, after the
+    delay), registered_at (the master lists it ALIVE). `wait()` blocks until registered or failed.
+    """
+
+    index: int
+    spec: WorkerSpec
+    launch_delay_s: float
+    port: int
+    requested_at: float
+    launched_at: float | None = None
+    registered_at: float | None = None
+    worker_id: str | None = None
+    pid: int | None = None
+    error: BaseException | None = None
+    _done: threading.Event = field(default_factory=threading.Event, repr=False)
+
+    @property
+    def registered(self) -> bool:
+        return self.registered_at is not None
+
+    @property
+    def registration_s(self) -> float | None:
+        """Seconds from the process start (after the launch delay) to registration with the master."""
+        if self.launched_at is None or self.registered_at is None:
+            return None
+        return self.registered_at - self.launched_at
+
+    def wait(self, timeout_s: float | None = None) -> PendingWorker:
+        if not self._done.wait(timeout_s):
+            raise ClusterError(f"worker {self.index} did not register within {timeout_s} s",
+                               hint="see its log in the cluster's run directory")
+        if self.error is not None:
+            raise self.error
+        return self
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port free right now (the kernel's pick); the small race with other binders is acceptable here."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _arm_child(cpus: tuple[int, ...]) -> Callable[[], None]:
+    """preexec_fn: die with the parent thread (PR_SET_PDEATHSIG), then pin to `cpus` if any."""
+
+    def arm() -> None:
+        if sys.platform.startswith("linux"):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+            if os.getppid() == 1:  # the parent died before the signal was armed
+                os._exit(1)
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+
+    return arm
+
+
+def _children_map() -> dict[int, list[int]]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        # Field 4 (ppid) follows the parenthesised command, which may itself contain spaces.
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    return children
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live descendant of `pid` (children, grandchildren, ...), read from /proc."""
+    tree = _children_map()
+    out: list[int] = []
+    stack = list(tree.get(pid, []))
+    while stack:
+        child = stack.pop()
+        out.append(child)
+        stack.extend(tree.get(child, []))
+    return out
+
+
+def alive(pid: int) -> bool:
+    """True while `pid` exists and is not a zombie."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+class StandaloneCluster:
+    """A Spark standalone master and workers on this machine; use as a context manager or call stop().
+
+    `start()` returns once the master answers and every configured worker has registered, and records
+    how long that took in `timings`. `add_worker()` returns at once with a PendingWorker.
+    """
+
+    def __init__(self, config: ClusterConfig) -> None:
+        self.config = config
+        self.spark_home = config.spark_home or pyspark_home()
+        self.master_port = 0
+        self.webui_port = 0
+        self.timings: dict[str, float] = {}
+        self.workers: list[PendingWorker] = []
+        self._procs: list[subprocess.Popen[bytes]] = []
+        self._logs: list[IO[bytes]] = []
+        self._indexes = itertools.count()
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        # One long-lived thread starts every process: PR_SET_PDEATHSIG fires when the forking thread ends.
+        self._spawner = ThreadPoolExecutor(1, thread_name_prefix="cluster-spawner")
+        self._started = False
+
+    # ---- addresses ----
+
+    @property
+    def master_url(self) -> str:
+        return f"spark://{self.config.host}:{self.master_port}"
+
+    @property
+    def webui_url(self) -> str:
+        return f"http://{self.config.host}:{self.webui_port}"
+
+    # ---- lifecycle ----
+
+    def __enter__(self) -> StandaloneCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> StandaloneCluster:
+        if self._started:
+            raise ClusterError("the cluster is already started")
+        self._started = True
+        spark_class = self.spark_home / "bin" / "spark-class"
+        if not spark_class.exists():
+            raise MissingDependencyError(f"{spark_class} not found",
+                                         hint="install pyspark (make setup) or set ClusterConfig.spark_home")
+        check_java()
+        self.config.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.config.run_dir / "conf").mkdir(exist_ok=True)
+        t0 = time.monotonic()
+        try:
+            self._start_master()
+            self._wait(lambda: self.status() is not None, "the master's web UI to answer", "master.log")
+            self.timings["master_ready_s"] = time.monotonic() - t0
+            pending = [self.add_worker(spec) for spec in self.config.workers]
+            deadline = t0 + self.config.start_timeout_s
+            for p in pending:
+                p.wait(max(0.0, deadline - time.monotonic()))
+        except BaseException:
+            self.stop()
+            raise
+        self.timings["cluster_ready_s"] = time.monotonic() - t0
+        return self
+
+    def add_worker(
+        self,
+        spec: WorkerSpec = WorkerSpec(),
+        launch_delay_s: float = 0.0,
+        on_registered: Callable[[PendingWorker], None] | None = None,
+    ) -> PendingWorker:
+        """Start a worker after `launch_delay_s` (a VM's boot) in the background; returns at once.
+
+        The returned PendingWorker is stamped when the process starts and when the master lists the
+        worker ALIVE; `on_registered` is then called from the background thread.
+        """
+        if not self._started or self._stopping.is_set():
+            raise ClusterError("the cluster is not running", hint="call start() first")
+        if launch_delay_s < 0:
+            raise ConfigError(f"the launch delay must be >= 0, got {launch_delay_s}")
+        spec.validate(frozenset(os.sched_getaffinity(0)))
+        pending = PendingWorker(
+            index=next(self._indexes),
+            spec=spec,
+            launch_delay_s=launch_delay_s,
+            port=free_port(self.config.host),
+            requested_at=time.monotonic(),
+        )
+        with self._lock:
+            self.workers.append(pending)
+        threading.Thread(
+            target=self._bring_up, args=(pending, on_registered), name=f"worker-{pending.index}", daemon=True
+        ).start()
+        return pending
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        """Kill the workers (and their executors), then the master; nothing of theirs survives."""
+        self._stopping.set()
+        with self._lock:
+            procs = list(reversed(self._procs))  # workers before the master
+        family = {p.pid: descendants(p.pid) for p in procs}
+        for p in procs:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(p.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        for p in procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(max(0.0, deadline - time.monotonic()))
+        for p in procs:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(p.pid, signal.SIGKILL)
+            # PySpark's daemon makes its own process group: kill whatever of the tree is left.
+            for pid in family[p.pid] + descendants(p.pid):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(grace_s)
+        for log in self._logs:
+            log.close()
+        self._spawner.shutdown(wait=False)
+
+    # ---- status ----
+
+    def status(self) -> dict[str, Any] | None:
+        """The master's JSON status (workers, apps, cores), or None while it does not answer."""
+        try:
+            with urllib.request.urlopen(f"{self.webui_url}/json/", timeout=2.0) as r:
+                return json.loads(r.read().decode())
+        except (urllib.error.URLError, OSError, ValueError):
+            return None
+
+    def alive_workers(self) -> list[dict[str, Any]]:
+        status = self.status() or {}
+        return [w for w in status.get("workers", []) if w.get("state") == "ALIVE"]
+
+    def pids(self) -> list[int]:
+        """The master's and workers' JVM pids and everything they forked (executors, Python workers)."""
+        with self._lock:
+            roots = [p.pid for p in self._procs]
+        return [pid for root in roots for pid in [root, *descendants(root)] if alive(pid)]
+
+    # ---- internals ----
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(
+            SPARK_HOME=str(self.spark_home),
+            SPARK_CONF_DIR=str(self.config.run_dir / "conf"),  # no stray spark-env.sh or defaults
+            SPARK_LOCAL_IP=self.config.host,
+            SPARK_DAEMON_MEMORY=f"{self.config.daemon_memory_mb}m",
+            SPARK_DAEMON_JAVA_OPTS=self.config.daemon_java_opts,
+            SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false",
+            PYSPARK_PYTHON=self.config.python,
+        )
+        env.update(self.config.extra_env)
+        return env
+
+    def _spawn(self, args: list[str], log_name: str, cpus: tuple[int, ...]) -> subprocess.Popen[bytes]:
+        log = open(self.config.run_dir / log_name, "ab")  # noqa: SIM115 - closed by stop()
+        cmd = [str(self.spark_home / "bin" / "spark-class"), *args]
+        proc = self._spawner.submit(
+            subprocess.Popen,
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=self._env(),
+            cwd=str(self.config.run_dir),
+            start_new_session=True,
+            preexec_fn=_arm_child(cpus),
+        ).result()
+        with self._lock:
+            self._logs.append(log)
+            self._procs.append(proc)
+            if self._stopping.is_set():  # stop() ran meanwhile: do not leave this one behind
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                raise ClusterError("the cluster stopped while a worker was starting")
+        return proc
+
+    def _start_master(self) -> None:
+        host = self.config.host
+        self.master_port, self.webui_port = free_port(host), free_port(host)
+        self._spawn(
+            [MASTER_CLASS, "--host", host, "--port", str(self.master_port),
+             "--webui-port", str(self.webui_port)],
+            "master.log",
+            (),
+        )
+
+    def _bring_up(
+        self, pending: PendingWorker, on_registered: Callable[[PendingWorker], None] | None
+    ) -> None:
+        try:
+            if self._stopping.wait(pending.launch_delay_s):
+                raise ClusterError("the cluster stopped before the worker launched")
+            spec, host = pending.spec, self.config.host
+            log_name = f"worker-{pending.index}.log"
+            proc = self._spawn(
+                [WORKER_CLASS, "--host", host, "--port", str(pending.port),
+                 "--webui-port", str(free_port(host)), "--cores", str(spec.cores),
+                 "--memory", f"{spec.memory_mb}m",
+                 "--work-dir", str(self.config.run_dir / f"work-{pending.index}"), self.master_url],
+                log_name,
+                spec.cpus,
+            )
+            pending.pid, pending.launched_at = proc.pid, time.monotonic()
+
+            def registered() -> bool:
+                if proc.poll() is not None:
+                    raise ClusterError(f"worker {pending.index} exited with {proc.returncode}",
+                                       hint=f"see {self.config.run_dir / log_name}")
+                for w in self.alive_workers():
+                    if w.get("port") == pending.port:
+                        pending.worker_id = str(w.get("id"))
+                        return True
+                return False
+
+            self._wait(registered, f"worker {pending.index} to register", log_name)
+            pending.registered_at = time.monotonic()
+        except BaseException as e:  # handed to wait(); a daemon thread must not die silently
+            pending.error = e
+        finally:
+            pending._done.set()
+        if pending.error is None and on_registered is not None:
+            on_registered(pending)
+
+    def _wait(self, ready: Callable[[], bool], what: str, log_name: str) -> None:
+        deadline = time.monotonic() + self.config.start_timeout_s
+        while not ready():
+            if self._stopping.is_set():
+                raise ClusterError(f"the cluster stopped while waiting for {what}")
+            if time.monotonic() > deadline:
+                raise ClusterError(f"timed out after {self.config.start_timeout_s} s waiting for {what}",
+                                   hint=f"see {self.config.run_dir / log_name}")
+            time.sleep(self.config.poll_interval_s)
