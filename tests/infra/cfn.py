@@ -34,9 +34,9 @@ def packaged(template: Mapping[str, Any], code_uri: str = PACKAGED_CODE_URI) -> 
     out = copy.deepcopy(dict(template))
     for resource in out["Resources"].values():
         props = resource.get("Properties", {})
-        if resource["Type"] == "AWS::Serverless::Function" and isinstance(props.get("CodeUri"), str):
-            if not props["CodeUri"].startswith("s3://"):
-                props["CodeUri"] = code_uri
+        code = props.get("CodeUri")
+        if resource["Type"] == "AWS::Serverless::Function" and isinstance(code, str) and "://" not in code:
+            props["CodeUri"] = code_uri
     return out
 
 

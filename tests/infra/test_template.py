@@ -105,7 +105,8 @@ def test_the_worker_function(sam: dict[str, Any]) -> None:
 
 
 def test_the_handler_named_by_the_template_exists() -> None:
-    module, name = "lambda_worker.handler.handler".rsplit(".", 1)
+    handler = load_template()["Resources"]["WorkerFunction"]["Properties"]["Handler"]
+    module, _, name = handler.rpartition(".")
     assert callable(getattr(importlib.import_module(module), name))
 
 
