@@ -455,10 +455,17 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--secret-file", required=True, help="file holding the session secret (>= 16 bytes)")
     p.add_argument("--invoker", default="embedded", choices=("embedded", "boto3", "none"))
     p.add_argument("--max-workers", type=int, default=4)
-    p.add_argument("--concurrency-limit", type=int, default=4, help="embedded fleet: concurrent executions")
+    p.add_argument(
+        "--concurrency-limit",
+        type=int,
+        default=4,
+        help="concurrent executions (embedded fleet) or invokes in flight (boto3)",
+    )
     p.add_argument("--function-name", default="sponge-worker")
     p.add_argument("--function-timeout-s", type=float, default=60.0)
     p.add_argument("--region", default=None, help="boto3: AWS region")
+    p.add_argument("--qualifier", default=None, help="boto3: alias or version to invoke (e.g. live)")
+    p.add_argument("--endpoint-url", default=None, help="boto3: Lambda endpoint (LocalStack's); default AWS")
     p.add_argument("--invocation-type", default="Event", choices=("Event", "RequestResponse"))
     p.add_argument("--chunk-timeout-s", type=float, default=30.0)
     p.add_argument("--local-fallback-s", type=float, default=2.0)
@@ -489,9 +496,12 @@ def _invoker_from_args(args: argparse.Namespace) -> Invoker | None:
     return make_invoker(
         "boto3",
         function_name=args.function_name,
+        qualifier=args.qualifier,
         region=args.region,
+        endpoint_url=args.endpoint_url,
         invocation_type=args.invocation_type,
         function_timeout_s=args.function_timeout_s,
+        concurrency_limit=args.concurrency_limit,
     )
 
 

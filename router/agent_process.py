@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from core.errors import SpongeError
+from core.errors import ConfigError, SpongeError
 from core.fault_spec import FaultSpec
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -43,11 +43,48 @@ def write_secret(path: Path) -> Path:
     return path
 
 
+def _pin(cpus: frozenset[int] | None) -> Any:
+    """preexec_fn that pins the child to `cpus` (inherited by the workers it forks), or None."""
+    if not cpus:
+        return None
+    chosen = sorted(cpus)
+    return lambda: os.sched_setaffinity(0, chosen)
+
+
+@dataclass(frozen=True)
+class LambdaFunction:
+    """The deployed function a boto3 agent invokes (core.deploy.Deployment, reduced to what it needs).
+
+    `env`: extra environment of the agent process, e.g. LocalStack's test credentials, so the
+    invoker uses boto3's default chain everywhere and never sees a key on its command line.
+    """
+
+    name: str
+    region: str
+    qualifier: str | None = None
+    endpoint_url: str | None = None
+    env: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.name or not self.region:
+            raise ConfigError("a deployed function needs a name and a region", hint="run sponge deploy")
+
+    def argv(self) -> list[str]:
+        args = ["--function-name", self.name, "--region", self.region]
+        if self.qualifier:
+            args += ["--qualifier", self.qualifier]
+        if self.endpoint_url:
+            args += ["--endpoint-url", self.endpoint_url]
+        return args
+
+
 @dataclass(frozen=True)
 class AgentProcessConfig:
+    """`function`: invoke that deployed function with boto3; None: the embedded fleet."""
+
     secret_file: Path
     max_workers: int
-    invoker: str = "embedded"
+    function: LambdaFunction | None = None
     faults: tuple[FaultSpec, ...] = ()
     chunk_timeout_s: float = 10.0
     function_timeout_s: float = 60.0
@@ -56,7 +93,12 @@ class AgentProcessConfig:
     host: str = "127.0.0.1"
     port: int = field(default_factory=free_port)
     start_timeout_s: float = 60.0
+    cpus: frozenset[int] | None = None  # pin the agent (and the embedded workers it forks) to these cores
     cpus: frozenset[int] | None = None  # pin the agent and its workers (drills: the "Lambda" cores)
+
+    @property
+    def invoker(self) -> str:
+        return "embedded" if self.function is None else "boto3"
 
     def argv(self) -> list[str]:
         args = [
@@ -70,6 +112,8 @@ class AgentProcessConfig:
             "--function-timeout-s", str(self.function_timeout_s),
             "--chunk-timeout-s", str(self.chunk_timeout_s),
         ]  # fmt: skip
+        if self.function is not None:
+            args += self.function.argv()
         if self.log_path is not None:
             args += ["--worker-log", str(self.log_path)]
         for spec in self.faults:
@@ -106,10 +150,12 @@ class AgentProcess:
         proc = subprocess.Popen(
             self.config.argv(),
             cwd=PROJECT_ROOT,
+            env={**os.environ, **dict(self.config.function.env if self.config.function else ())},
             stdout=subprocess.PIPE,
             stderr=log,
             text=True,
             start_new_session=True,
+            preexec_fn=_pin(self.config.cpus),
         )
         assert proc.stdout is not None
         if self.config.cpus:  # before any worker is forked: they inherit the agent's affinity

@@ -21,7 +21,7 @@ from core.nexmark.params import QueryParams
 from core.offload_chains import PARTIAL, OffloadChain
 from core.offload_plan import OffloadPlan
 
-TARGETS = ("embedded",)
+TARGETS = ("embedded", "localstack", "aws")  # localstack and aws: a stack deployed by `sponge deploy`
 OFFLOAD_DIR = "_offload"
 FAULT_DIR = "faults"
 
@@ -37,15 +37,18 @@ class OffloadConfig:
     chunk_rows: int = 16_384
     chunk_timeout_s: float = 10.0
     function_timeout_s: float = 60.0
+    deployment: Any = None  # core.deploy.Deployment of a localstack/aws target, read once from its stack file
+    stack_dir: Path | None = None  # where `sponge deploy` wrote the stack files (default .sponge/)
 
     def __post_init__(self) -> None:
         if isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 1:
             raise ConfigError(f"--workers must be at least 1, got {self.workers!r}")
         if self.target not in TARGETS:
-            hint = "use --target embedded (worker processes on this machine)"
-            if self.target in ("localstack", "aws"):
-                hint = f"{self.target} needs a deployed stack (sponge deploy); {hint} meanwhile"
-            raise ConfigError(f"unknown or unavailable target {self.target!r}", hint=hint)
+            raise ConfigError(f"unknown target {self.target!r}", hint=f"use --target {' or '.join(TARGETS)}")
+        if self.target != "embedded" and self.deployment is None:
+            from core.deploy import load_deployment
+
+            object.__setattr__(self, "deployment", load_deployment(self.target, self.stack_dir))
         self.plan()  # validates the share
         if self.chunk_rows <= 0:
             raise ConfigError(f"chunk rows must be positive, got {self.chunk_rows}")
@@ -81,6 +84,7 @@ class OffloadSession:
                 chunk_timeout_s=self.config.chunk_timeout_s,
                 function_timeout_s=self.config.function_timeout_s,
                 log_path=self.dir / "workers.log",
+                function=self._function(),
             )
         )
         self.agent.start()
@@ -90,6 +94,16 @@ class OffloadSession:
             timer.daemon = True
             timer.start()
             self._timers.append(timer)
+
+    def _function(self) -> Any:
+        """The deployed function the agent invokes through boto3, or None for the embedded fleet."""
+        from router.agent_process import LambdaFunction
+
+        d = self.config.deployment
+        if d is None:
+            return None
+        env = tuple(d.agent_env().items())
+        return LambdaFunction(d.function_name, d.region, d.qualifier, d.endpoint_url, env)
 
     def _restart_agent(self) -> None:
         self.agent.restart()
