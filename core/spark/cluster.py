@@ -167,11 +167,14 @@ def free_port(host: str = "127.0.0.1") -> int:
 def _arm_child(cpus: tuple[int, ...]) -> Callable[[], None]:
     """preexec_fn: die with the parent thread (PR_SET_PDEATHSIG), then pin to `cpus` if any."""
 
+    # libc is loaded here, in the parent: dlopen in a child forked from a threaded process may deadlock.
+    libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+    parent = os.getpid()
+
     def arm() -> None:
-        if sys.platform.startswith("linux"):
-            libc = ctypes.CDLL(None, use_errno=True)
+        if libc is not None:
             libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-            if os.getppid() == 1:  # the parent died before the signal was armed
+            if os.getppid() != parent:  # the parent died before the signal was armed
                 os._exit(1)
         if cpus:
             os.sched_setaffinity(0, cpus)
