@@ -574,9 +574,9 @@ def status(deployment: Deployment, window_s: float = 900.0, limit: int = 10) -> 
             except ValueError:
                 continue
             for name in EMF_METRICS:
-                value = doc.get(name)
-                if isinstance(value, int | float):
-                    emf[name] += value
+                value = doc.get(name)  # Powertools writes a list of values per metric
+                values = value if isinstance(value, list) else [value]
+                emf[name] += sum(v for v in values if isinstance(v, int | float) and not isinstance(v, bool))
     out["invocations_in_window"] = len(invocations)
     out["recent_invocations"] = invocations[-limit:]
     out["warm_workers"] = _warm_workers(deployment, streams_active)

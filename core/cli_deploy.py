@@ -1,0 +1,199 @@
+"""`sponge deploy`, `sponge destroy`, `sponge status`: the deployment commands (logic in core/deploy.py).
+
+Registered on core.cli's app by one import there. Why a module of their own: they share nothing with
+the streaming commands but the app and the error conventions (one line with what to do, exit 2).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from core.cli import app, err, out
+from core.errors import ConfigError, SpongeError
+
+TargetOpt = Annotated[
+    str,
+    typer.Option(
+        "--target",
+        "-t",
+        help="localstack: the LocalStack on this machine (start it with `make localstack`); aws: the AWS "
+        "account of your default credentials (AWS_PROFILE, environment, or an instance role).",
+    ),
+]
+StackDirOpt = Annotated[
+    Path,
+    typer.Option(
+        "--stack-dir", help="Where deployments are recorded (stack-<target>.json), read by `sponge run`."
+    ),
+]
+DEFAULT_STACK_DIR = Path(".sponge")
+
+
+@contextlib.contextmanager
+def _aws_errors(target: str, endpoint: str | None) -> Iterator[None]:
+    """botocore's failures as one-line errors that say what to do."""
+    from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError, NoCredentialsError
+
+    try:
+        yield
+    except EndpointConnectionError:
+        hint = (
+            "start it with make localstack (a restarted LocalStack has forgotten its stacks: deploy again)"
+            if target == "localstack"
+            else "check the region and your network"
+        )
+        raise SpongeError(f"nothing answers at {endpoint or 'the AWS endpoint'}", hint=hint) from None
+    except NoCredentialsError:
+        raise SpongeError(
+            "no AWS credentials found", hint="run aws configure, set AWS_PROFILE, or use an instance role"
+        ) from None
+    except ClientError as e:
+        error = e.response.get("Error", {})
+        raise SpongeError(f"{error.get('Code', 'ClientError')}: {error.get('Message', e)}") from None
+    except BotoCoreError as e:
+        raise SpongeError(f"{type(e).__name__}: {e}") from None
+
+
+@app.command()
+def deploy(
+    target: TargetOpt = "localstack",
+    stack: Annotated[
+        str, typer.Option("--stack", help="CloudFormation stack name; the function is STACK-worker.")
+    ] = ("sponge"),
+    region: Annotated[
+        str | None,
+        typer.Option(help="AWS region (aws: default from your configuration; localstack: us-east-1)."),
+    ] = None,
+    endpoint_url: Annotated[
+        str | None,
+        typer.Option("--endpoint-url", help="localstack: its URL (default: the one make localstack ran)."),
+    ] = None,
+    parameter: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--parameter",
+            "-p",
+            help="A template parameter KEY=VALUE, repeatable: WorkerTimeout=300, ReservedConcurrency=50, "
+            "Architecture=arm64|x86_64, SubnetIds=a,b, SecurityGroupId=sg-..., ColdStartMode=none|snapstart|"
+            "provisioned, WorkerImageUri=..., SparkClusterRoleName=... (template.yaml documents each).",
+        ),
+    ] = None,
+    code_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--code-dir",
+            file_okay=False,
+            help="Deploy this directory as the function's code instead of the project's sources (aws: the "
+            "sources plus dependencies built for the function's architecture).",
+        ),
+    ] = None,
+    stack_dir: StackDirOpt = DEFAULT_STACK_DIR,
+) -> None:
+    """Deploy template.yaml: the Lambda workers, their log group, the staging bucket, the cluster's policy.
+
+    Packages the worker code, uploads it, creates or updates the stack through CloudFormation (SAM
+    transform) and records its outputs in STACK_DIR/stack-TARGET.json, where `sponge run --target
+    TARGET` finds the function. Deploying again updates the stack.
+    """
+    from core.deploy import DeployConfig, parse_parameters
+    from core.deploy import deploy as run_deploy
+
+    config = DeployConfig.for_target(
+        target,
+        endpoint_url=endpoint_url,
+        stack_name=stack,
+        region=region,
+        stack_dir=stack_dir,
+        parameters=parse_parameters(parameter or []),
+        code_dir=code_dir,
+    )
+    with _aws_errors(target, config.endpoint_url):
+        deployment = run_deploy(config, progress=lambda line: err.print(line, markup=False))
+    out.print(json.dumps(deployment.to_json(), indent=2))
+    out.print(
+        f"next: sponge run q5 --target {target} --offload-share 0.5 --output runs/q5-{target}", markup=False
+    )
+
+
+@app.command()
+def destroy(target: TargetOpt = "localstack", stack_dir: StackDirOpt = DEFAULT_STACK_DIR) -> None:
+    """Delete the deployed stack of TARGET (emptying its staging bucket first) and forget it."""
+    from core.deploy import destroy as run_destroy
+    from core.deploy import load_deployment
+
+    deployment = load_deployment(target, stack_dir)
+    with _aws_errors(target, deployment.endpoint_url):
+        run_destroy(deployment, stack_dir, progress=lambda line: err.print(line, markup=False))
+
+
+@app.command()
+def status(
+    target: TargetOpt = "localstack",
+    stack_dir: StackDirOpt = DEFAULT_STACK_DIR,
+    window: Annotated[int, typer.Option(min=1, help="Minutes of logs and metrics to look at.")] = 15,
+    as_json: Annotated[bool, typer.Option("--json", help="Print everything as JSON.")] = False,
+) -> None:
+    """Show the deployed stack (status, outputs), its function, warm workers and recent invocations.
+
+    Invocations come from the function's log group (one REPORT line each, cold ones with an Init
+    Duration), the workers' own EMF metrics from the same logs, and Invocations/Errors/Throttles from
+    CloudWatch's AWS/Lambda metrics.
+    """
+    from core.deploy import load_deployment
+    from core.deploy import status as stack_status
+
+    deployment = load_deployment(target, stack_dir)
+    with _aws_errors(target, deployment.endpoint_url):
+        report = stack_status(deployment, window_s=window * 60.0)
+    if as_json:
+        out.print(json.dumps(report, indent=2, default=str))
+        return
+    _print_status(report, target)
+    if report["stack_status"] == "DOES_NOT_EXIST":
+        raise ConfigError(
+            f"stack {deployment.stack_name} no longer exists on {target}",
+            hint=f"run sponge deploy --target {target}",
+        )
+
+
+def _print_status(r: dict[str, Any], target: str) -> None:
+    out.print(f"stack {r['stack']} on {target}: {r['stack_status']}", markup=False)
+    if "outputs" not in r:
+        return
+    for key, value in sorted(r["outputs"].items()):
+        out.print(f"  {key:<22} {value}", markup=False)
+    fn = r["function"]
+    reserved = fn["reserved_concurrency"] if fn["reserved_concurrency"] is not None else "none"
+    out.print(
+        f"function {fn['name']}: {fn['state']}, {fn['runtime']}, {fn['memory_mb']} MB, "
+        f"timeout {fn['timeout_s']} s, reserved concurrency {reserved}",
+        markup=False,
+    )
+    minutes = r["window_s"] / 60
+    warm = r["warm_workers"]
+    warm_text = ", ".join(f"{k} = {v}" for k, v in warm.items() if k != "source")
+    out.print(f"warm workers: {warm_text} ({warm['source']})", markup=False)
+    m = r["metrics"]
+    out.print(
+        f"last {minutes:g} min: {r['invocations_in_window']} invocations logged; CloudWatch AWS/Lambda: "
+        + ", ".join(f"{k} {v:g}" if v is not None else f"{k} n/a" for k, v in m.items()),
+        markup=False,
+    )
+    emf = r["emf_metrics"]
+    out.print(
+        "workers' EMF metrics (Sponge): " + ", ".join(f"{k} {v:g}" for k, v in emf.items()), markup=False
+    )
+    if r["recent_invocations"]:
+        out.print("recent invocations:", markup=False)
+        for inv in r["recent_invocations"]:
+            out.print(
+                f"  {inv['at']}  {inv['request_id']}  {inv['duration_ms']:>10.1f} ms"
+                f"  {'cold' if inv['cold_start'] else 'warm'}",
+                markup=False,
+            )
