@@ -284,6 +284,9 @@ def drill(
         raise typer.Exit(1)
 
 
+import core.cli_deploy  # noqa: E402, F401 - registers deploy, destroy and status on app
+
+
 def _check_query(name: str) -> None:
     from core.nexmark.queries import get_query
 
