@@ -1,0 +1,131 @@
+"""Monitoring for the policy loop: one Observation per second of the VM side.
+
+Why these signals (Sponge 4.3 and its code, DESIGN.md 2 and 7): CPU utilisation of the Spark
+processes says whether the VMs have headroom; the input rate, processed rate and backlog (source
+offsets released but not yet committed) say how much work is queued and how fast it grows, which
+CPU alone cannot (a saturated core reads 100 % whether the queue grows slowly or fast). Epoch
+durations tell how long a record waits once it is in a micro-batch.
+
+Each observation measures what it cost to take (`cost_ms`), because the paper budgets < 10 ms per
+observation and ours must stay far below that.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import psutil
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the VM side looked like over the last interval (rates are per second)."""
+
+    t: float  # seconds since the trace started
+    cpu: float | None  # utilisation (0..1) of the VM cores by the Spark processes; None on the first sample
+    input_rate: float  # events released by the source per second
+    processed_rate: float  # events committed per second
+    backlog: int  # events released but not committed
+    epoch_s: float | None  # duration of the last finished epoch
+    vm_cores: int
+    cost_ms: float  # what taking this observation cost
+
+    @property
+    def queue_delay_s(self) -> float:
+        """Seconds the backlog needs at the current processing rate (the Sponge code's trigger)."""
+        rate = max(self.processed_rate, self.input_rate, 1.0)
+        return self.backlog / rate
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in asdict(self).items()}
+
+
+class ProcessTreeCpu:
+    """CPU seconds of a process and all its descendants (the Spark JVM and its Python workers).
+
+    Descendants that exit between two samples take their CPU time with them; at one-second sampling
+    Spark's long-lived Python workers make that loss negligible.
+    """
+
+    def __init__(self, root_pids: Callable[[], Sequence[int]]) -> None:
+        self._root_pids = root_pids
+        self._procs: dict[int, psutil.Process] = {}
+
+    def seconds(self) -> float:
+        total = 0.0
+        seen: set[int] = set()
+        for pid in self._root_pids():
+            try:
+                root = self._procs.get(pid) or psutil.Process(pid)
+                tree = [root, *root.children(recursive=True)]
+            except psutil.Error:
+                continue
+            for p in tree:
+                if p.pid in seen:
+                    continue
+                seen.add(p.pid)
+                proc = self._procs.setdefault(p.pid, p)
+                try:
+                    t = proc.cpu_times()
+                except psutil.Error:
+                    continue
+                total += t.user + t.system
+        self._procs = {pid: p for pid, p in self._procs.items() if pid in seen}
+        return total
+
+
+class Monitor:
+    """Turns counters into an Observation each time `observe()` is called (the loop calls it each second).
+
+    `released()` and `committed()` are source offsets in events (released by the source's pace and
+    committed by finished epochs); `last_epoch_s()` the duration of the last finished epoch.
+    """
+
+    def __init__(
+        self,
+        *,
+        cpu: ProcessTreeCpu,
+        vm_cores: Callable[[], int],
+        released: Callable[[], int],
+        committed: Callable[[], int],
+        last_epoch_s: Callable[[], float | None],
+        origin: float,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._cpu = cpu
+        self._vm_cores = vm_cores
+        self._released = released
+        self._committed = committed
+        self._last_epoch_s = last_epoch_s
+        self._origin = origin
+        self._clock = clock
+        self._last: tuple[float, float, int, int] | None = None  # time, cpu seconds, released, committed
+
+    def observe(self) -> Observation:
+        started = time.perf_counter()
+        now = self._clock()
+        cpu_s = self._cpu.seconds()
+        released, committed = self._released(), self._committed()
+        cores = self._vm_cores()
+        cpu = None
+        input_rate = processed_rate = 0.0
+        if self._last is not None:
+            t0, cpu0, rel0, com0 = self._last
+            dt = max(now - t0, 1e-6)
+            cpu = min(max((cpu_s - cpu0) / dt / max(cores, 1), 0.0), 1.0)
+            input_rate = (released - rel0) / dt
+            processed_rate = (committed - com0) / dt
+        self._last = (now, cpu_s, released, committed)
+        return Observation(
+            t=now - self._origin,
+            cpu=cpu,
+            input_rate=input_rate,
+            processed_rate=processed_rate,
+            backlog=max(released - committed, 0),
+            epoch_s=self._last_epoch_s(),
+            vm_cores=cores,
+            cost_ms=(time.perf_counter() - started) * 1000.0,
+        )

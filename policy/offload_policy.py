@@ -1,0 +1,162 @@
+"""The offloading policy of Sponge section 4.3: from one Observation per second to an offload plan.
+
+Why this shape: `decide` is a pure function of the observations it has seen, so the live loop, the
+offline replay of a decision log and the paper-scale simulator all run this same code.
+
+The rule, per observation:
+* learn the VMs' stable per-core rate (Eq. 2) while nothing is offloaded and the CPU sits in the
+  60-80 % band, starting from the rate profiled at start-up;
+* trigger when the CPU leaves the band upwards, the input outruns what the VMs carry at the 70 %
+  target, or the queue delay (backlog / rate, the Sponge code's signal) passes its limit; the
+  decision says which fired;
+* estimate the events the VMs cannot absorb: the backlog seen plus the Simpson integral (Eq. 1) of
+  the input above the VMs' target capacity since the burst began, to be drained within the query's
+  window slide (the recovery deadline);
+* the VMs keep the target rate; the rest is the offloaded share, carried by ceil(Eq. 3) Lambda
+  workers (rho = a Lambda core's capacity in VM cores, profiled at start-up);
+* scale down with hysteresis: only after the input has fitted the VMs and the backlog has drained for
+  `scale_down_hold_s` in a row, and never while catching up; then several rounds lower the share.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from core.errors import ConfigError
+from policy.equations import CPU_HIGH, CPU_LOW, CPU_TARGET, excess_events, lambda_cores, per_core_rate
+from policy.monitor import Observation
+
+HOLD = "hold"
+CPU = "cpu"
+INPUT_RATE = "input-rate"
+QUEUE_DELAY = "queue-delay"
+SCALE_DOWN = "scale-down"
+RELEASE = "release"
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """The policy's knobs; `per_core_rate` and `rho` come from the start-up profile."""
+
+    per_core_rate: float  # events/s one VM core carries at 100 % CPU
+    rho: float  # a Lambda core's capacity in VM cores
+    deadline_s: float = 2.0  # recovery deadline: the query's window slide
+    max_workers: int = 8
+    max_share: float = 0.95
+    cpu_low: float = CPU_LOW / 100
+    cpu_target: float = CPU_TARGET / 100
+    cpu_high: float = CPU_HIGH / 100
+    queue_delay_limit_s: float = 2.0
+    scale_down_hold_s: float = 5.0
+    learn_rate: float = 0.2  # weight of a new stable sample in the per-core rate
+    headroom: float = 1.1  # offload this much more than the arithmetic says (rates are noisy)
+
+    def __post_init__(self) -> None:
+        if self.per_core_rate <= 0 or self.rho <= 0:
+            raise ConfigError(
+                "the policy needs a positive per-core rate and rho",
+                hint="profile them first (sponge drill does so at start-up)",
+            )
+        if not 0 < self.cpu_low < self.cpu_target < self.cpu_high <= 1:
+            raise ConfigError("the CPU band must satisfy 0 < low < target < high <= 1")
+        if not 0 < self.max_share <= 1 or self.max_workers < 1 or self.deadline_s <= 0:
+            raise ConfigError("max_share must be in (0, 1], max_workers >= 1 and deadline_s > 0")
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the loop applies: the share of records to offload and the workers to keep for them."""
+
+    t: float
+    share: float
+    workers: int
+    trigger: str  # which signal fired (HOLD when none did)
+    vm_capacity: float  # events/s the VMs carry at the CPU target
+    required_rate: float  # input rate plus the backlog drained by the deadline
+    excess_events: float
+    per_core_rate: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in asdict(self).items()}
+
+
+@dataclass
+class SpongePolicy:
+    config: PolicyConfig
+    share: float = 0.0
+    workers: int = 0
+    _per_core: float = field(init=False)
+    _burst: deque[Observation] = field(init=False, default_factory=lambda: deque(maxlen=120))
+    _calm_since: float | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        self._per_core = self.config.per_core_rate
+
+    def decide(self, obs: Observation) -> Decision:
+        cfg = self.config
+        self._learn(obs)
+        capacity = cfg.cpu_target * self._per_core * obs.vm_cores
+        cpu_high = obs.cpu is not None and obs.cpu > cfg.cpu_high
+        fired = (
+            QUEUE_DELAY
+            if obs.queue_delay_s > cfg.queue_delay_limit_s
+            else INPUT_RATE
+            if obs.input_rate > capacity * (cfg.cpu_high / cfg.cpu_target)
+            else CPU
+            if cpu_high and obs.input_rate > capacity
+            else HOLD
+        )
+        overloaded = fired != HOLD or obs.input_rate > capacity
+        if overloaded:
+            self._burst.append(obs)
+        excess = self._excess(capacity)
+        required = obs.input_rate + max(float(obs.backlog), excess) / cfg.deadline_s
+        wanted = min(cfg.max_share, max(0.0, 1.0 - capacity / (required * cfg.headroom))) if required else 0.0
+        if fired != HOLD and wanted > self.share:
+            self._calm_since = None
+            self._set(wanted, capacity, required)
+        elif self.share > 0 and not overloaded and obs.backlog <= capacity * cfg.deadline_s / 2:
+            self._calm_since = obs.t if self._calm_since is None else self._calm_since
+            if obs.t - self._calm_since >= cfg.scale_down_hold_s:
+                fired = SCALE_DOWN if wanted > 0 else RELEASE
+                self._set(wanted if wanted < self.share * 0.9 else self.share, capacity, required)
+                self._calm_since = obs.t  # another round only after another calm hold
+                self._burst.clear()
+        else:
+            self._calm_since = None
+        return Decision(
+            t=obs.t,
+            share=self.share,
+            workers=self.workers,
+            trigger=fired,
+            vm_capacity=capacity,
+            required_rate=required,
+            excess_events=excess,
+            per_core_rate=self._per_core,
+        )
+
+    def _set(self, share: float, capacity: float, required: float) -> None:
+        self.share = round(share, 4)
+        offloaded = required * self.share
+        cores = lambda_cores(offloaded, self._per_core, self.config.rho, self.config.cpu_target * 100)
+        self.workers = min(self.config.max_workers, max(cores, 1)) if self.share > 0 else 0
+
+    def _learn(self, obs: Observation) -> None:
+        """Eq. 2 from stable periods: nothing offloaded, CPU in band, input served without a queue."""
+        cfg = self.config
+        if self.share > 0 or obs.cpu is None or not cfg.cpu_low <= obs.cpu <= cfg.cpu_high:
+            return
+        if obs.input_rate <= 0 or obs.queue_delay_s > 1.0:
+            return
+        sample = per_core_rate(obs.input_rate / max(obs.vm_cores, 1), obs.cpu * 100)
+        self._per_core += cfg.learn_rate * (sample - self._per_core)
+
+    def _excess(self, capacity: float) -> float:
+        """Eq. 1's left side over this burst: the input above the VMs' target capacity, integrated."""
+        if len(self._burst) < 2:
+            return 0.0
+        rates = [o.input_rate for o in self._burst]
+        dt = (self._burst[-1].t - self._burst[0].t) / (len(self._burst) - 1)
+        return excess_events(rates, [capacity] * len(rates), dt) if dt > 0 else 0.0
