@@ -470,6 +470,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--chunk-timeout-s", type=float, default=30.0)
     p.add_argument("--local-fallback-s", type=float, default=2.0)
     p.add_argument("--idle-timeout-s", type=float, default=10.0)
+    p.add_argument(
+        "--prewarm", type=int, default=0, help="warm pool: start and warm this many environments at start-up"
+    )
     p.add_argument("--worker-log", default=None, help="embedded fleet: file for the workers' logs")
     p.add_argument(
         "--inject",
@@ -505,6 +508,12 @@ def _invoker_from_args(args: argparse.Namespace) -> Invoker | None:
     )
 
 
+def _prewarm(agent: AgentServer, invoker: Any, n: int) -> None:
+    """The warm pool of section 4.4: environments started and warmed before any burst needs them."""
+    warmed = invoker.prewarm(n)
+    agent.counters.add(stats.WORKERS_PREWARMED, warmed)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     try:
@@ -537,6 +546,8 @@ def main(argv: list[str] | None = None) -> int:
             invoker.close()
         print(f"error: {e.one_line()}", file=sys.stderr)
         return 2
+    if args.prewarm > 0 and invoker is not None and hasattr(invoker, "prewarm"):
+        threading.Thread(target=_prewarm, args=(agent, invoker, args.prewarm), daemon=True).start()
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())

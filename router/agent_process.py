@@ -93,6 +93,8 @@ class AgentProcessConfig:
     host: str = "127.0.0.1"
     port: int = field(default_factory=free_port)
     start_timeout_s: float = 60.0
+    prewarm: int = 0  # warm pool: environments started and warmed at start-up
+    idle_timeout_s: float = 10.0  # a worker's session idles out after this long without chunks
     cpus: frozenset[int] | None = None  # pin the agent (and the embedded workers it forks) to these cores
     cpus: frozenset[int] | None = None  # pin the agent and its workers (drills: the "Lambda" cores)
 
@@ -116,6 +118,9 @@ class AgentProcessConfig:
             args += self.function.argv()
         if self.log_path is not None:
             args += ["--worker-log", str(self.log_path)]
+        if self.prewarm:
+            args += ["--prewarm", str(self.prewarm)]
+        args += ["--idle-timeout-s", str(self.idle_timeout_s)]
         for spec in self.faults:
             args += ["--inject", spec.text()]
         return args

@@ -174,7 +174,7 @@ def read_routed(
         tables = (
             [pa.Table.from_batches([records])]
             if route.route == LOCAL
-            else _offload(route, start, end, records)
+            else _offload(route, start, end, records, segments)
         )
         for table in tables:
             if table.num_rows:
@@ -206,8 +206,11 @@ def _client(route: RouteOptions) -> AgentClient:
         return _clients[key]
 
 
-def _offload(route: RouteOptions, start: int, end: int, records: pa.RecordBatch) -> list[pa.Table]:
-    """Send the task's offloaded records in chunks, `parallelism` at a time; results in chunk order.
+def _offload(
+    route: RouteOptions, start: int, end: int, records: pa.RecordBatch, segments: tuple[Segment, ...]
+) -> list[pa.Table]:
+    """Send the task's offloaded records in chunks, as many at a time as the plans have workers (at
+    most `parallelism`); results in chunk order.
 
     A chunk is keyed by (range start, range end, sequence, program): a retried task asks for the
     same keys and gets the agent's cached answers.
@@ -222,7 +225,9 @@ def _offload(route: RouteOptions, start: int, end: int, records: pa.RecordBatch)
 
     if len(chunks) == 1:
         return [one(0)]
-    with ThreadPoolExecutor(min(route.parallelism, len(chunks)), thread_name_prefix="offload") as pool:
+    workers = max((seg.plan.workers for seg in segments if seg.plan.offloads), default=0) or route.parallelism
+    lanes = max(1, min(route.parallelism, workers, len(chunks)))
+    with ThreadPoolExecutor(lanes, thread_name_prefix="offload") as pool:
         return list(pool.map(one, range(len(chunks))))
 
 

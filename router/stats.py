@@ -10,6 +10,7 @@ import threading
 
 WORKERS_STARTED = "workers_started"
 COLD_STARTS = "cold_starts"
+WORKERS_PREWARMED = "workers_prewarmed"
 WORKERS_CONNECTED = "workers_connected_total"
 CHUNKS_SUBMITTED = "chunks_submitted"
 CHUNKS_DISPATCHED = "chunks_dispatched"
@@ -35,6 +36,7 @@ INJECTED_THROTTLE = "injected_throttle"
 INJECTED_SLOW_WORKER = "injected_slow_worker"
 
 ALL = (
+    WORKERS_PREWARMED,
     WORKERS_STARTED,
     COLD_STARTS,
     WORKERS_CONNECTED,

@@ -39,6 +39,9 @@ class OffloadConfig:
     function_timeout_s: float = 60.0
     deployment: Any = None  # core.deploy.Deployment of a localstack/aws target, read once from its stack file
     stack_dir: Path | None = None  # where `sponge deploy` wrote the stack files (default .sponge/)
+    worker_cpus: frozenset[int] | None = None  # pin the agent and workers (drills: the "Lambda" cores)
+    prewarm: int = 0  # warm pool (section 4.4): environments warmed at start-up
+    idle_timeout_s: float = 10.0  # keep an idle worker's session this long (a warm pool keeps it longer)
 
     def __post_init__(self) -> None:
         if isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 1:
@@ -67,6 +70,7 @@ class OffloadSession:
         self.agent: Any = None
         self._timers: list[threading.Timer] = []
         self.faults_done: dict[str, int] = {}
+        self._version = config.plan().version
 
     # ---- life cycle ----
 
@@ -85,6 +89,9 @@ class OffloadSession:
                 function_timeout_s=self.config.function_timeout_s,
                 log_path=self.dir / "workers.log",
                 function=self._function(),
+                cpus=self.config.worker_cpus,
+                prewarm=self.config.prewarm,
+                idle_timeout_s=self.config.idle_timeout_s,
             )
         )
         self.agent.start()
@@ -104,6 +111,15 @@ class OffloadSession:
             return None
         env = tuple(d.agent_env().items())
         return LambdaFunction(d.function_name, d.region, d.qualifier, d.endpoint_url, env)
+
+    def publish(self, share: float, workers: int) -> OffloadPlan:
+        """Make a new plan current (the policy loop): it routes the offsets no reader has planned yet."""
+        from router.routing_log import write_current_plan
+
+        self._version += 1
+        plan = OffloadPlan(version=self._version, share=share, workers=min(workers, self.config.workers))
+        write_current_plan(self.dir, plan)
+        return plan
 
     def _restart_agent(self) -> None:
         self.agent.restart()
@@ -147,6 +163,7 @@ class OffloadSession:
             "worker_failures": totals.get("worker_failures", 0),
             "throttles": totals.get("throttles", 0),
             "cache_hits": totals.get("cache_hits", 0),
+            "workers_prewarmed": totals.get("workers_prewarmed", 0),
             "agent_restarts": self.agent.restarts if self.agent is not None else 0,
             "injected_faults": injected,
         }

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
 from core.errors import ConfigError, SpongeError
 from core.nexmark.generator import GeneratorConfig, event_ids
@@ -60,6 +61,16 @@ class RunConfig:
                 "offloading needs the generated source and the rewritten plan",
                 hint="drop --input (or plain) when passing --offload-share",
             )
+
+
+class RunHooks(Protocol):
+    """What a caller (the drill's policy loop) does while the query streams."""
+
+    def started(self, spark: Any, session: OffloadSession | None, origin: float) -> None:
+        """The query is about to start; `origin` is when the source's pace began (unix seconds)."""
+
+    def stopped(self) -> None:
+        """The query has ended (or failed); stop touching the session."""
 
 
 def nexmark_sources(
@@ -126,7 +137,9 @@ def keep_alive(df, time_column: str | None, heartbeats: bool):
     return df.drop(HEARTBEAT) if heartbeats else df
 
 
-def run_query(config: RunConfig, progress: Callable[[dict], None] | None = None) -> dict:
+def run_query(
+    config: RunConfig, progress: Callable[[dict], None] | None = None, hooks: RunHooks | None = None
+) -> dict:
     """Stream the query to completion, write Parquet results and summary.json; return the summary."""
     from core.spark.file_source import dead_letter_summary, require_entity_dirs
     from core.spark.file_source import register as register_file_source
@@ -160,6 +173,8 @@ def run_query(config: RunConfig, progress: Callable[[dict], None] | None = None)
         sinks = lower_rewritten(rewritten, sources, chains, offloaded)
         n_sources += len(chains)  # each chain's source is read twice: the VM share and the workers' share
     (sink_df,) = sinks.values()
+    if hooks is not None:
+        hooks.started(spark, session, started)
     try:
         epochs_progress = stream_to_end(
             sink_df,
@@ -174,6 +189,8 @@ def run_query(config: RunConfig, progress: Callable[[dict], None] | None = None)
             on_restart=session.query_restarted if session is not None else None,
         )
     finally:
+        if hooks is not None:
+            hooks.stopped()
         offload_summary = session.stop() if session is not None else {}
     epochs = len(epochs_progress)
     wall_s = time.time() - started
