@@ -1,0 +1,244 @@
+"""`sponge deploy` and `--target localstack`: template.yaml deployed through LocalStack's real
+CloudFormation, Q1 and Q5 offloaded to the deployed function through the real Lambda Invoke API, the
+outputs equal to the batch reference, the invocations visible through the Lambda, CloudWatch metrics
+and CloudWatch Logs APIs (with the workers' EMF documents), throttles and a function error survived
+with nothing lost, and the stack torn down.
+
+The fast tests at the top check the pieces that need no LocalStack.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import zipfile
+from collections.abc import Iterator
+from io import BytesIO
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core.deploy import (
+    DeployConfig,
+    Deployment,
+    deploy,
+    destroy,
+    load_deployment,
+    package_code,
+    parse_parameters,
+    rewrite_code_uri,
+    stack_file,
+    status,
+)
+from core.errors import ConfigError
+from core.fault_spec import parse_all
+from core.nexmark.generator import GeneratorConfig
+from core.nexmark.params import QueryParams
+from core.nexmark.reference import reference_for
+from core.nexmark.schedule import RateSchedule
+from core.results import diff_results, read_results
+from core.spark.offload_session import OffloadConfig
+from core.spark.runner import RunConfig, run_query
+from router.agent_process import AgentProcessConfig, LambdaFunction
+from tests.infra.localstack_env import kill, running_localstack, runtime_pids
+
+# ---- fast: no LocalStack --------------------------------------------------------------------------
+
+
+def test_code_uri_is_pointed_at_the_upload_and_nothing_else_changes() -> None:
+    template = (
+        "A:\n  Properties:\n    CodeUri: build/lambda  # local\n    Handler: x.y\n  Other: !Sub '${X}'\n"
+    )
+    out = rewrite_code_uri(template, "s3://b/k.zip")
+    assert out == "A:\n  Properties:\n    CodeUri: s3://b/k.zip\n    Handler: x.y\n  Other: !Sub '${X}'\n"
+    assert rewrite_code_uri(out, "s3://other/k.zip") == out  # already an s3:// URI
+
+
+def test_the_package_holds_the_sources_and_is_deterministic() -> None:
+    first, digest = package_code()
+    again, digest_again = package_code()
+    assert first == again and digest == digest_again
+    names = set(zipfile.ZipFile(BytesIO(first)).namelist())
+    assert {"lambda_worker/handler.py", "router/_generated/agent_pb2.py", "core/errors.py"} <= names
+    assert not any("__pycache__" in n or n.startswith("tests/") for n in names)
+
+
+def test_parameters_and_targets_fail_in_one_line_with_a_fix(tmp_path: Path) -> None:
+    assert parse_parameters(["WorkerTimeout=120", "SubnetIds=a,b"]) == (
+        ("WorkerTimeout", "120"),
+        ("SubnetIds", "a,b"),
+    )
+    with pytest.raises(ConfigError, match="KEY=VALUE"):
+        parse_parameters(["WorkerTimeout"])
+    with pytest.raises(ConfigError) as e:
+        load_deployment("localstack", tmp_path)
+    assert e.value.one_line().endswith("(run sponge deploy --target localstack)")
+    with pytest.raises(ConfigError) as e:
+        OffloadConfig(share=0.5, target="localstack", stack_dir=tmp_path)
+    assert "no deployed stack for localstack" in e.value.one_line()
+    with pytest.raises(ConfigError, match="unknown target"):
+        OffloadConfig(share=0.5, target="lokalstack")
+    with pytest.raises(ConfigError, match="bad stack name"):
+        DeployConfig(target="aws", stack_name="1-bad_name")
+    with pytest.raises(ConfigError, match="no LocalStack endpoint"):
+        DeployConfig(target="localstack")
+
+
+def test_a_deployment_reaches_the_agent_as_boto3_arguments(tmp_path: Path) -> None:
+    outputs = {
+        "FunctionName": "s-worker",
+        "Region": "us-east-1",
+        "LogGroupName": "/aws/lambda/s-worker",
+        "FunctionAlias": "live",
+        "FunctionTimeout": "120",
+    }
+    d = Deployment.from_outputs("localstack", "s", "us-east-1", "http://127.0.0.1:1", outputs)
+    path = stack_file("localstack", tmp_path)
+    path.write_text(json.dumps(d.to_json()))
+    loaded = load_deployment("localstack", tmp_path)
+    assert loaded == d and loaded.qualifier == "live" and loaded.function_timeout_s == 120.0
+    config = OffloadConfig(share=0.5, target="localstack", stack_dir=tmp_path)
+    assert config.deployment == d
+    fn = LambdaFunction(d.function_name, d.region, d.qualifier, d.endpoint_url, tuple(d.agent_env().items()))
+    argv = AgentProcessConfig(secret_file=tmp_path / "s", max_workers=2, function=fn).argv()
+    joined = " ".join(argv)
+    assert "--invoker boto3" in joined and "--function-name s-worker" in joined
+    assert "--qualifier live" in joined and "--endpoint-url http://127.0.0.1:1" in joined
+    assert "test" not in argv, "credentials travel in the environment, never on the command line"
+
+
+# ---- slow: LocalStack, CloudFormation, Spark ------------------------------------------------------
+
+PARAMS = QueryParams(window_size_s=4, window_slide_s=2)
+
+
+@pytest.fixture(scope="module")
+def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Deployment, Path, Any]]:
+    """LocalStack of its own, template.yaml deployed, torn down (and checked gone) afterwards."""
+    root = tmp_path_factory.mktemp("deploy")
+    with running_localstack(root / "localstack") as (_, handle):
+        stack_dir = root / "sponge"
+        t0 = time.monotonic()
+        deployment = deploy(
+            DeployConfig.for_target(
+                "localstack", endpoint_url=handle.endpoint, stack_name="it", stack_dir=stack_dir
+            )
+        )
+        print(f"\ndeployed template.yaml on LocalStack in {time.monotonic() - t0:.1f} s")
+        yield deployment, stack_dir, handle
+        destroy(deployment, stack_dir)
+        assert not stack_file("localstack", stack_dir).exists()
+        assert status(deployment)["stack_status"] == "DOES_NOT_EXIST"
+        lam = deployment.client("lambda")
+        with pytest.raises(lam.exceptions.ResourceNotFoundException):
+            lam.get_function(FunctionName=deployment.function_name)
+
+
+def _run(
+    tmp_path: Path, stack_dir: Path, query: str, events: int, *, faults: tuple = (), pace: bool = False
+) -> dict[str, Any]:
+    gen = GeneratorConfig(seed=5, events=events, schedule=RateSchedule.constant(4_000))
+    out = tmp_path / query
+    offload = OffloadConfig(
+        share=0.5,
+        workers=2,
+        target="localstack",
+        stack_dir=stack_dir,
+        faults=faults,
+        chunk_rows=2_000,
+        chunk_timeout_s=5.0,
+    )
+    summary = run_query(
+        RunConfig(
+            query=query,
+            generator=gen,
+            output=out,
+            params=PARAMS,
+            max_events_per_batch=5_000,
+            pace=pace,
+            offload=offload,
+        )
+    )
+    expected = reference_for(query, gen, PARAMS)
+    assert expected.num_rows > 0
+    diff = diff_results(read_results(out), expected)
+    assert diff is None, f"{query} on localstack: {diff}"
+    assert summary["target"] == "localstack"
+    return summary
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_q1_and_q5_offloaded_to_the_deployed_function_equal_the_reference(
+    spark, deployed, tmp_path: Path
+) -> None:
+    deployment, stack_dir, _ = deployed
+    assert deployment.outputs.keys() >= {
+        "FunctionName",
+        "FunctionArn",
+        "StagingBucket",
+        "SparkClusterPolicyArn",
+        "Region",
+        "LogGroupName",
+    }
+    for query in ("q1", "q5"):
+        summary = _run(tmp_path, stack_dir, query, 30_000)
+        assert summary["records_offloaded"] > 0 and summary["workers_started"] >= 1, summary
+
+    # The invocations, seen through Lambda's and CloudWatch's own APIs.
+    fn = deployment.client("lambda").get_function(FunctionName=deployment.function_name)
+    assert fn["Configuration"]["State"] == "Active"
+    deadline = time.time() + 30
+    report: dict[str, Any] = {}
+    while time.time() < deadline:
+        report = status(deployment)
+        if report["emf_metrics"]["Chunks"] > 0 and (report["metrics"]["Invocations"] or 0) > 0:
+            break
+        time.sleep(1.0)  # a worker's logs arrive when its invocation ends (its idle timeout)
+    assert report["stack_status"] == "CREATE_COMPLETE"
+    assert report["metrics"]["Invocations"] >= 2, report["metrics"]
+    assert report["invocations_in_window"] >= 2 and report["recent_invocations"], report
+    emf = report["emf_metrics"]
+    assert emf["Chunks"] >= 2 and emf["RowsIn"] > 0 and emf["ColdStarts"] >= 1, emf
+    events = deployment.client("logs").filter_log_events(logGroupName=deployment.log_group)["events"]
+    assert any('"Namespace":"Sponge"' in e["message"] for e in events), "EMF documents land in the log group"
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_throttles_and_a_function_error_lose_nothing(spark, deployed, tmp_path: Path) -> None:
+    """LocalStack queues rather than throttles (DESIGN.md 6), so throttles are injected above the boto3
+    invoker; the function error is real: a worker's runtime is killed mid-invocation."""
+    deployment, stack_dir, handle = deployed
+    cw_before = status(deployment)["metrics"]["Errors"] or 0
+    killed: list[int] = []
+
+    def kill_one_busy_runtime() -> None:
+        # Runtimes of earlier tests may still be warm and idle: kill only one that appears after this start.
+        before = set(runtime_pids(handle.pid))
+        deadline = time.time() + 60
+        while time.time() < deadline and not killed:
+            fresh = [p for p in runtime_pids(handle.pid) if p not in before]
+            if fresh:
+                time.sleep(1.5)  # connected and holding chunks
+                killed.append(kill(fresh[:1]))
+                return
+            time.sleep(0.1)
+
+    killer = threading.Thread(target=kill_one_busy_runtime, daemon=True)
+    # Both warm environments of the earlier runs are busy sessions or gone by now: make room for a fresh one.
+    kill(runtime_pids(handle.pid))
+    killer.start()
+    summary = _run(tmp_path, stack_dir, "q5", 30_000, faults=parse_all(["throttle:share=0.5"]), pace=True)
+    killer.join(5)
+    assert killed == [1], "no worker runtime was started to kill"
+    assert summary["injected_faults"].get("throttle", 0) >= 1 and summary["throttles"] >= 1, summary
+    assert summary["workers_started"] >= 2, summary  # the killed worker was replaced
+    deadline = time.time() + 20
+    errors = cw_before
+    while time.time() < deadline and errors <= cw_before:
+        errors = status(deployment)["metrics"]["Errors"] or 0
+        time.sleep(1.0)
+    assert errors > cw_before, "the killed invocation is a function error in CloudWatch's Errors metric"
