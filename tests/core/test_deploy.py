@@ -10,6 +10,8 @@ The fast tests at the top check the pieces that need no LocalStack.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import time
 import zipfile
@@ -107,6 +109,25 @@ def test_a_deployment_reaches_the_agent_as_boto3_arguments(tmp_path: Path) -> No
     assert "--invoker boto3" in joined and "--function-name s-worker" in joined
     assert "--qualifier live" in joined and "--endpoint-url http://127.0.0.1:1" in joined
     assert "test" not in argv, "credentials travel in the environment, never on the command line"
+
+
+def test_cli_commands_teach_and_fail_in_one_line(tmp_path: Path) -> None:
+    sponge = [sys.executable, "-c", "from core.cli import main; main()"]
+    helped = subprocess.run([*sponge, "deploy", "--help"], capture_output=True, text=True, timeout=60)
+    text = " ".join(helped.stdout.split())  # the help is wrapped to the terminal's width
+    assert helped.returncode == 0 and "--parameter" in text and "make localstack" in text
+    for command in ("status", "destroy"):
+        p = subprocess.run(
+            [*sponge, command, "--target", "localstack", "--stack-dir", str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert p.returncode == 2, p
+        assert p.stderr.strip().splitlines() == [
+            f"error: no deployed stack for localstack (no {tmp_path}/stack-localstack.json) "
+            "(run sponge deploy --target localstack)"
+        ]
 
 
 # ---- slow: LocalStack, CloudFormation, Spark ------------------------------------------------------
