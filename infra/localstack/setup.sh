@@ -57,7 +57,8 @@ pip_install() {
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check -c "$CONSTRAINTS" "$@" \
     2> >(grep -v "^WARNING: Location" >&2)
 }
-pip_install "$LOCALSTACK_SPEC"
+# service-identity: Twisted (LocalStack's server) verifies TLS hostnames with it and warns without it.
+pip_install "$LOCALSTACK_SPEC" service-identity
 pip_install --no-deps "$PLUGIN"
 "$VENV/bin/python" - <<'EOF'
 from importlib.metadata import entry_points, version
