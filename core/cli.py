@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Annotated
 
@@ -240,47 +239,59 @@ def events(output: OutputOpt, events: EventsOpt = 100_000, seed: SeedOpt = 0, ra
     out.print(json.dumps({"output": str(output), "rows": counts}, indent=2))
 
 
+
 @app.command()
 def drill(
     query: Annotated[str, typer.Option("--query", "-q", help="NEXMark query.")] = "q5",
-    events: EventsOpt = 200_000,
+    pattern: Annotated[
+        str, typer.Option(help="Burst KIND:FACTORx:SECONDSs: sudden:2x:30s, sine:2x:20s, gradual:3x:40s.")
+    ] = "sudden:2x:30s",
+    duration: Annotated[float, typer.Option(min=10, help="Seconds of trace per policy.")] = 90.0,
+    lead: Annotated[float, typer.Option(min=5, help="Stable seconds before the burst.")] = 25.0,
+    compare: Annotated[
+        str, typer.Option(help="Policies run one after another on one trace: sponge, noscaling, over.")
+    ] = "sponge,noscaling,over",
+    policy: Annotated[str | None, typer.Option(help="Run one policy (instead of --compare).")] = None,
+    rate: Annotated[
+        float | None, typer.Option(min=1, help="Stable events/s (default: probed for ~70 % VM CPU).")
+    ] = None,
+    target: Annotated[str, typer.Option(help="Where Lambda workers run: embedded.")] = "embedded",
+    report: Annotated[Path, typer.Option(help="Directory for report.json, report.md and the plots.")] = Path(
+        "runs/drill"
+    ),
+    workers: Annotated[int, typer.Option(min=1, help="Most Lambda workers the policy may use.")] = 4,
     seed: SeedOpt = 0,
-    report: Annotated[Path, typer.Option(help="Where results go.")] = Path("runs/drill"),
-    offload_share: Annotated[
-        float, typer.Option("--offload-share", min=0.0, max=1.0, help="Share of records sent to workers.")
-    ] = 0.5,
-    workers: WorkersOpt = 2,
 ) -> None:
-    """Burst drill. Until the policy loop lands (issue 4) it runs QUERY end to end with a pinned
-    offload share on embedded Lambda workers and checks the output against the batch reference."""
-    from core.nexmark.reference import reference_for
-    from core.results import diff_results, read_results
-    from core.spark.runner import RunConfig, run_query
+    """Burst drill: run QUERY through a burst under several scaling policies and compare them.
+
+    Each policy runs in its own process on the same trace, the VM side pinned to core 0 and the
+    Lambda workers to core 1 (Over gets both cores for the VMs). The drill prints a table, checks
+    every policy's output against the batch reference, and writes report.json, report.md and PNG plots
+    (p99 latency per second with the burst shaded, VM CPU, workers, offloaded share) under --report.
+    """
+    from core.drill.drill import DrillConfig, policies_from, run_drill
+    from core.drill.report import write_report
 
     _check_query(query)
-    out.print(
-        f"[bold]sponge drill[/bold]: burst drills arrive with the policy loop; running {query} end to end "
-        f"on {events:,} events instead, {offload_share:.0%} of them offloaded to {workers} Lambda workers, "
-        "and checking the output against the batch reference."
+    config = DrillConfig(
+        query=query,
+        pattern=pattern,
+        duration_s=duration,
+        lead_s=lead,
+        policies=policies_from(policy or compare),
+        target=target,
+        report=report,
+        seed=seed,
+        stable_rate=rate,
+        max_workers=workers,
     )
-    gen = _generator(events, seed, None)
-    with err.status(f"streaming {query} ..."):
-        summary = run_query(
-            RunConfig(
-                query=query,
-                generator=gen,
-                output=report / query,
-                offload=_offload(offload_share, workers, "embedded", []),
-            )
-        )
-    t = time.time()
-    diff = diff_results(read_results(report / query), reference_for(query, gen, _params(10, 2)))
-    out.print(json.dumps(summary, indent=2))
-    out.print(
-        f"reference computed in {time.time() - t:.1f}s; streamed output "
-        + ("[green]equals the reference[/green]" if diff is None else f"[red]differs[/red]: {diff}")
-    )
-    if diff is not None:
+    with err.status("drill ...") as spinner:
+        result = run_drill(config, status=lambda text: spinner.update(f"drill: {text}"))
+    paths = write_report(result, report, console=out)
+    out.print(f"report: {paths['markdown']}")
+    failed = [r["policy"] for r in result["runs"] if r["results_match_reference"] is False]
+    if failed:
+        err.print(f"error: output differs from the batch reference for {', '.join(failed)}")
         raise typer.Exit(1)
 
 

@@ -100,7 +100,9 @@ class SpongePolicy:
         capacity = cfg.cpu_target * self._per_core * obs.vm_cores
         cpu_high = obs.cpu is not None and obs.cpu > cfg.cpu_high
         fired = (
-            QUEUE_DELAY
+            HOLD  # no epoch has finished yet: rates and backlog say nothing about capacity
+            if obs.epoch_s is None
+            else QUEUE_DELAY
             if obs.queue_delay_s > cfg.queue_delay_limit_s
             else INPUT_RATE
             if obs.input_rate > capacity * (cfg.cpu_high / cfg.cpu_target)
@@ -108,7 +110,7 @@ class SpongePolicy:
             if cpu_high and obs.input_rate > capacity
             else HOLD
         )
-        overloaded = fired != HOLD or obs.input_rate > capacity
+        overloaded = fired != HOLD or (obs.epoch_s is not None and obs.input_rate > capacity)
         if overloaded:
             self._burst.append(obs)
         excess = self._excess(capacity)

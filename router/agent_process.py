@@ -202,6 +202,11 @@ class AgentProcess:
                 with self._lock:
                     self._last = stats
 
+    def latest(self) -> dict[str, int]:
+        """The last sample of the running agent's counters and gauges (workers_connected, ...)."""
+        with self._lock:
+            return dict(self._last)
+
     def restart(self) -> None:
         """Kill the agent (SIGKILL: in-flight chunks are lost) and start a new one on the same port."""
         with self._lock:

@@ -1,0 +1,111 @@
+"""The section 4.3 policy on worked numbers, and its decision log replays exactly."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from core.errors import ConfigError
+from policy.decision_log import DecisionLog, replay
+from policy.monitor import Observation
+from policy.offload_policy import HOLD, INPUT_RATE, QUEUE_DELAY, RELEASE, PolicyConfig, SpongePolicy
+
+# One VM core carries 10,000 events/s at 100 % CPU, so 7,000/s at the 70 % target; a Lambda core is
+# worth rho = 2 VM cores.
+CONFIG = PolicyConfig(per_core_rate=10_000, rho=2.0, deadline_s=2.0, max_workers=8, headroom=1.0)
+
+
+def obs(
+    t: float, rate: float, backlog: int = 0, cpu: float | None = 0.7, epoch_s: float | None = 1.0
+) -> Observation:
+    return Observation(t, cpu, rate, rate, backlog, epoch_s, vm_cores=1, cost_ms=0.1)
+
+
+def test_stable_load_holds_and_nothing_is_offloaded() -> None:
+    policy = SpongePolicy(CONFIG)
+    for t in range(10):
+        d = policy.decide(obs(t, 7_000, backlog=3_000))
+        assert (d.share, d.workers, d.trigger) == (0.0, 0, HOLD)
+    assert d.vm_capacity == pytest.approx(7_000)
+
+
+def test_a_2x_burst_offloads_the_excess_with_eq3_workers() -> None:
+    """At 14,000/s and no backlog: required 14,000, the VMs keep 7,000, so share 0.5; the 7,000/s
+    offloaded need ceil(7,000 / (0.7 * 2 * 10,000)) = 1 Lambda core (Eq. 3)."""
+    policy = SpongePolicy(CONFIG)
+    policy.decide(obs(0, 7_000))
+    d = policy.decide(obs(1, 14_000, cpu=0.95))
+    assert d.trigger == INPUT_RATE
+    assert d.share == pytest.approx(0.5)
+    assert d.workers == 1
+
+
+def test_a_backlog_is_drained_by_the_deadline() -> None:
+    """Backlog 28,000 over a 2 s deadline adds 14,000/s: required 8,000 + 14,000 = 22,000/s; the VMs
+    keep 7,000, so share = 1 - 7/22 = 0.6818; 15,000/s offloaded -> ceil(15,000 / 14,000) = 2 cores."""
+    policy = SpongePolicy(CONFIG)
+    d = policy.decide(obs(0, 8_000, backlog=28_000))
+    assert d.trigger == QUEUE_DELAY
+    assert d.required_rate == pytest.approx(22_000)
+    assert d.share == pytest.approx(1 - 7 / 22, abs=1e-4)
+    assert d.workers == math.ceil(15_000 / 14_000)
+
+
+def test_scale_down_waits_for_the_hold_then_releases() -> None:
+    policy = SpongePolicy(CONFIG)
+    policy.decide(obs(0, 14_000, cpu=0.95))
+    assert policy.share > 0
+    shares = [policy.decide(obs(t, 5_000, backlog=1_000)).share for t in range(1, 12)]
+    hold = int(CONFIG.scale_down_hold_s)
+    assert all(s > 0 for s in shares[:hold])  # hysteresis: calm must last scale_down_hold_s
+    assert shares[-1] == 0.0
+    assert policy.workers == 0
+
+
+def test_no_scale_down_while_catching_up() -> None:
+    policy = SpongePolicy(CONFIG)
+    policy.decide(obs(0, 14_000, cpu=0.95))
+    share = policy.share
+    for t in range(1, 15):  # input back to normal, but a backlog of 3 s of capacity is still queued
+        policy.decide(obs(t, 5_000, backlog=21_000))
+    assert policy.share >= share
+
+
+def test_nothing_happens_before_the_first_epoch() -> None:
+    policy = SpongePolicy(CONFIG)
+    d = policy.decide(obs(0, 50_000, backlog=500_000, epoch_s=None))
+    assert (d.share, d.trigger) == (0.0, HOLD)
+
+
+def test_stable_periods_teach_the_per_core_rate() -> None:
+    """Eq. 2: 6,000/s at 50 %... is outside the band; 8,400/s at 70 % says 12,000/s per core."""
+    policy = SpongePolicy(PolicyConfig(per_core_rate=10_000, rho=2.0, learn_rate=1.0))
+    policy.decide(obs(0, 6_000, cpu=0.5))
+    assert policy.decide(obs(1, 6_000, cpu=0.5)).per_core_rate == pytest.approx(10_000)
+    assert policy.decide(obs(2, 8_400, cpu=0.7)).per_core_rate == pytest.approx(12_000)
+
+
+def test_bad_configuration_is_refused() -> None:
+    with pytest.raises(ConfigError, match="per-core rate"):
+        PolicyConfig(per_core_rate=0, rho=1)
+    with pytest.raises(ConfigError, match="band"):
+        PolicyConfig(per_core_rate=1, rho=1, cpu_low=0.8, cpu_high=0.6)
+
+
+def test_a_logged_run_replays_to_the_same_decisions(tmp_path: Path) -> None:
+    path = tmp_path / "decisions.jsonl"
+    policy, log = SpongePolicy(CONFIG), DecisionLog(path, CONFIG)
+    trace = [7_000] * 5 + [14_000] * 10 + [7_000] * 15
+    backlog = 0
+    for t, rate in enumerate(trace):
+        backlog = max(0, backlog + int(rate - 7_000 / (1 - policy.share) if policy.share < 1 else 0))
+        o = obs(t, rate, backlog=backlog, cpu=min(1.0, 0.7 * rate / 7_000))
+        log.record(o, policy.decide(o))
+    log.close()
+    pairs = replay(path)
+    assert len(pairs) == len(trace)
+    assert all(logged == again for logged, again in pairs)
+    assert {p[0].trigger for p in pairs} >= {HOLD, INPUT_RATE}
+    assert pairs[-1][0].trigger in (HOLD, RELEASE) and pairs[-1][0].share == 0.0
