@@ -247,7 +247,7 @@ def drill(
         str, typer.Option(help="Burst KIND:FACTORx:SECONDSs: sudden:2x:30s, sine:2x:20s, gradual:3x:40s.")
     ] = "sudden:2x:30s",
     duration: Annotated[float, typer.Option(min=10, help="Seconds of trace per policy.")] = 90.0,
-    lead: Annotated[float, typer.Option(min=5, help="Stable seconds before the burst.")] = 25.0,
+    lead: Annotated[float, typer.Option(min=5, help="Stable seconds before the burst.")] = 30.0,
     compare: Annotated[
         str, typer.Option(help="Policies run one after another on one trace: sponge, noscaling, over.")
     ] = "sponge,noscaling,over",
@@ -296,6 +296,7 @@ def drill(
 
 
 import core.cli_deploy  # noqa: E402, F401 - registers deploy, destroy and status on app
+__import__("core.cli_simulate", fromlist=["register"]).register(app)  # registers simulate on app
 
 
 def _check_query(name: str) -> None:

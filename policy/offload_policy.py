@@ -98,12 +98,13 @@ class SpongePolicy:
         cfg = self.config
         self._learn(obs)
         capacity = cfg.cpu_target * self._per_core * obs.vm_cores
+        in_flight = obs.epoch_s or 0.0  # a micro-batch's own records always wait about one epoch
         cpu_high = obs.cpu is not None and obs.cpu > cfg.cpu_high
         fired = (
             HOLD  # no epoch has finished yet: rates and backlog say nothing about capacity
             if obs.epoch_s is None
             else QUEUE_DELAY
-            if obs.queue_delay_s > cfg.queue_delay_limit_s
+            if obs.queue_delay_s > cfg.queue_delay_limit_s + in_flight
             else INPUT_RATE
             if obs.input_rate > capacity * (cfg.cpu_high / cfg.cpu_target)
             else CPU
@@ -114,12 +115,13 @@ class SpongePolicy:
         if overloaded:
             self._burst.append(obs)
         excess = self._excess(capacity)
-        required = obs.input_rate + max(float(obs.backlog), excess) / cfg.deadline_s
+        queued = max(obs.backlog - obs.input_rate * in_flight, 0.0)  # beyond the epoch in flight
+        required = obs.input_rate + max(queued, excess) / cfg.deadline_s
         wanted = min(cfg.max_share, max(0.0, 1.0 - capacity / (required * cfg.headroom))) if required else 0.0
         if fired != HOLD and wanted > self.share:
             self._calm_since = None
             self._set(wanted, capacity, required)
-        elif self.share > 0 and not overloaded and obs.backlog <= capacity * cfg.deadline_s / 2:
+        elif self.share > 0 and not overloaded and obs.queue_delay_s <= in_flight + cfg.deadline_s / 2:
             self._calm_since = obs.t if self._calm_since is None else self._calm_since
             if obs.t - self._calm_since >= cfg.scale_down_hold_s:
                 fired = SCALE_DOWN if wanted > 0 else RELEASE

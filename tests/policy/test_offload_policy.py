@@ -43,10 +43,11 @@ def test_a_2x_burst_offloads_the_excess_with_eq3_workers() -> None:
 
 
 def test_a_backlog_is_drained_by_the_deadline() -> None:
-    """Backlog 28,000 over a 2 s deadline adds 14,000/s: required 8,000 + 14,000 = 22,000/s; the VMs
+    """Backlog 36,000 at 8,000/s, less the 1 s epoch in flight (8,000), leaves 28,000 queued; over a 2 s
+    deadline that adds 14,000/s: required 8,000 + 14,000 = 22,000/s; the VMs
     keep 7,000, so share = 1 - 7/22 = 0.6818; 15,000/s offloaded -> ceil(15,000 / 14,000) = 2 cores."""
     policy = SpongePolicy(CONFIG)
-    d = policy.decide(obs(0, 8_000, backlog=28_000))
+    d = policy.decide(obs(0, 8_000, backlog=36_000))
     assert d.trigger == QUEUE_DELAY
     assert d.required_rate == pytest.approx(22_000)
     assert d.share == pytest.approx(1 - 7 / 22, abs=1e-4)
