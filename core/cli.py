@@ -296,6 +296,7 @@ def drill(
 
 
 import core.cli_deploy  # noqa: E402, F401 - registers deploy, destroy and status on app
+
 __import__("core.cli_simulate", fromlist=["register"]).register(app)  # registers simulate on app
 
 
