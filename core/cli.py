@@ -255,7 +255,9 @@ def drill(
     rate: Annotated[
         float | None, typer.Option(min=1, help="Stable events/s (default: probed for ~70 % VM CPU).")
     ] = None,
-    target: Annotated[str, typer.Option(help="Where Lambda workers run: embedded.")] = "embedded",
+    target: Annotated[
+        str, typer.Option(help="Where Lambda workers run: embedded, or localstack|aws after sponge deploy.")
+    ] = "embedded",
     report: Annotated[Path, typer.Option(help="Directory for report.json, report.md and the plots.")] = Path(
         "runs/drill"
     ),

@@ -99,6 +99,7 @@ class SpongePolicy:
         self._learn(obs)
         capacity = cfg.cpu_target * self._per_core * obs.vm_cores
         in_flight = obs.epoch_s or 0.0  # a micro-batch's own records always wait about one epoch
+        band_top = capacity * cfg.cpu_high / cfg.cpu_target  # a load inside the band is not a burst
         cpu_high = obs.cpu is not None and obs.cpu > cfg.cpu_high
         fired = (
             HOLD  # no epoch has finished yet: rates and backlog say nothing about capacity
@@ -106,12 +107,12 @@ class SpongePolicy:
             else QUEUE_DELAY
             if obs.queue_delay_s > cfg.queue_delay_limit_s + in_flight
             else INPUT_RATE
-            if obs.input_rate > capacity * (cfg.cpu_high / cfg.cpu_target)
+            if obs.input_rate > band_top
             else CPU
             if cpu_high and obs.input_rate > capacity
             else HOLD
         )
-        overloaded = fired != HOLD or (obs.epoch_s is not None and obs.input_rate > capacity)
+        overloaded = fired != HOLD or (obs.epoch_s is not None and obs.input_rate > band_top)
         if overloaded:
             self._burst.append(obs)
         excess = self._excess(capacity)

@@ -62,8 +62,8 @@ class DrillConfig:
                 raise ConfigError(f"policy {p!r} is not built yet", hint=f"use {', '.join(POLICIES)}")
             if p not in POLICIES:
                 raise ConfigError(f"unknown policy {p!r}", hint=f"use {', '.join(POLICIES)}")
-        if self.target != "embedded":
-            raise ConfigError(f"drills run on --target embedded for now, not {self.target!r}")
+        if self.target not in ("embedded", "localstack", "aws"):
+            raise ConfigError(f"unknown target {self.target!r}", hint="use embedded, localstack or aws")
         cores = os.cpu_count() or 1
         if max((*self.vm_cpus, *self.worker_cpus)) >= cores:
             raise ConfigError(f"this machine has {cores} cores; pass CPU sets within 0..{cores - 1}")
@@ -145,6 +145,7 @@ def _spec(config: DrillConfig, policy: str, trace: Trace, per_core: float) -> Po
         vm_cpus=vm_cpus,
         worker_cpus=list(config.worker_cpus),
         offload=policy == "sponge",
+        target=config.target,
         controlled=policy == "sponge",
         max_workers=config.max_workers,
         prewarm=config.max_workers if policy == "sponge" else 0,

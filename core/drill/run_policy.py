@@ -36,6 +36,7 @@ class PolicyRun:
     vm_cpus: list[int]
     worker_cpus: list[int] = field(default_factory=list)
     offload: bool = False  # route through the agent (sponge)
+    target: str = "embedded"  # where the Lambda workers run (localstack/aws: the deployed stack)
     controlled: bool = False  # the policy loop decides the share
     max_workers: int = 4
     prewarm: int = 0
@@ -151,6 +152,7 @@ def run(spec: PolicyRun) -> dict[str, Any]:
     if spec.offload:
         offload = OffloadConfig(
             share=0.0,
+            target=spec.target,
             workers=spec.max_workers,
             worker_cpus=frozenset(spec.worker_cpus) or None,
             prewarm=spec.prewarm,
