@@ -27,6 +27,7 @@ from core.drill import latency
 from core.drill.patterns import BurstPattern, Trace
 from core.drill.run_policy import PolicyRun
 from core.errors import ConfigError, SpongeError
+from core.nexmark.schedule import RateSchedule
 
 POLICIES = ("sponge", "noscaling", "over")
 PLANNED = ("vmbase", "sfbase", "vminit")  # issue 4, not built yet: refused with a clear message
@@ -112,7 +113,7 @@ def probe_stable_rate(config: DrillConfig, status: Callable[[str], None]) -> flo
             status(f"stable rate {saved['rate']:,.0f}/s from {cache} (delete it to probe again)")
             return float(saved["rate"])
     status(f"probing the VM side's CPU at {PROBE_RATE:,.0f} events/s for {PROBE_S:g} s ...")
-    trace = Trace("probe", PROBE_RATE, PROBE_S, _constant(PROBE_RATE), ())
+    trace = Trace("probe", PROBE_RATE, PROBE_S, RateSchedule.constant(PROBE_RATE), ())
     result = _run_child(_spec(config, "probe", trace, 1.0), config.report / "probe", status)
     cpu = [s["observation"]["cpu"] for s in result["samples"][len(result["samples"]) // 2 :]]
     cpu = [c for c in cpu if c is not None]
@@ -123,12 +124,6 @@ def probe_stable_rate(config: DrillConfig, status: Callable[[str], None]) -> flo
     cache.write_text(json.dumps({"key": key, "rate": rate, "probe_cpu": mean_cpu}))
     status(f"VM CPU {mean_cpu:.0%} at {PROBE_RATE:,.0f}/s: stable rate {rate:,.0f}/s")
     return rate
-
-
-def _constant(rate: float) -> Any:
-    from core.nexmark.schedule import RateSchedule
-
-    return RateSchedule.constant(rate)
 
 
 def _spec(config: DrillConfig, policy: str, trace: Trace, per_core: float) -> PolicyRun:

@@ -50,10 +50,9 @@ class PolicyRun:
 class DrillHooks:
     """Keeps the epochs as they commit and runs the policy loop (monitoring only for baselines)."""
 
-    def __init__(self, run: PolicyRun, schedule: Any, log_dir: Path) -> None:
+    def __init__(self, run: PolicyRun, schedule: Any) -> None:
         self.run = run
         self.schedule = schedule
-        self.log_dir = log_dir
         self.epochs: list[Epoch] = []
         self.covered = 0
         self.loop: Any = None
@@ -158,7 +157,7 @@ def run(spec: PolicyRun) -> dict[str, Any]:
             prewarm=spec.prewarm,
             idle_timeout_s=600.0,  # the warm pool keeps its sessions for the whole drill
         )
-    hooks = DrillHooks(spec, schedule, out.parent / f"{out.name}-policy")
+    hooks = DrillHooks(spec, schedule)
     config = RunConfig(
         query=spec.query,
         generator=GeneratorConfig(seed=spec.seed, events=spec.events, schedule=schedule),

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.drill import latency as drill_latency
 from core.drill.patterns import BurstPattern
 from core.errors import ConfigError
 from policy.cost_model import (
@@ -166,8 +167,8 @@ def simulate_query(
         s = r.series
         runs.append({
             "policy": name,
-            "peak_p99_ms": metrics.peak(p99, windows, after),
-            "mean_p99_ms_during_burst": metrics.mean_in(p99, windows),
+            "peak_p99_ms": drill_latency.peak(p99, windows, after),
+            "mean_p99_ms_during_burst": drill_latency.mean(p99, windows),
             "reaction_s": metrics.reaction_s(r, windows[0][0]) if windows else None,
             "recovery_s": metrics.recovery_s(p99, windows, config.lead_s),
             "lambda_worker_seconds": round(r.cluster.worker_seconds, 1),

@@ -90,25 +90,15 @@ def p99_by_second(result: RunResult, model: LatencyModel, seconds: int) -> list[
     return out
 
 
-def _inside(second: int, windows: Sequence[tuple[float, float]], after_s: float = 0.0) -> bool:
-    return any(lo <= second < hi + after_s for lo, hi in windows)
-
-
 Windows = Sequence[tuple[float, float]]
 
 
-def peak(values: Sequence[float | None], windows: Windows, after_s: float) -> float | None:
-    picked = [v for i, v in enumerate(values) if v is not None and _inside(i, windows, after_s)]
-    return max(picked) if picked else None
-
-
-def mean_in(values: Sequence[float | None], windows: Sequence[tuple[float, float]]) -> float | None:
-    picked = [v for i, v in enumerate(values) if v is not None and _inside(i, windows)]
-    return round(sum(picked) / len(picked), 1) if picked else None
-
-
 def recovery_s(values: Sequence[float | None], windows: Windows, lead_s: float) -> float | None:
-    """Seconds from the last burst's end until p99 stays under 1.5x the lead-in's median p99."""
+    """Seconds from the last burst's end until p99 stays under 1.5x the lead-in's median p99.
+
+    Unlike the drill's `core.drill.latency.recovery_s`, a None here is an unbounded latency (events
+    still queued), not a second without arrivals, so it counts as not yet recovered.
+    """
     base = [v for i, v in enumerate(values) if v is not None and lead_s / 2 <= i < lead_s]
     if not windows or not base:
         return None
