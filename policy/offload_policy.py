@@ -9,9 +9,9 @@ The rule, per observation:
 * trigger when the CPU leaves the band upwards, the input outruns what the VMs carry at the 70 %
   target, or the queue delay (backlog / rate, the Sponge code's signal) passes its limit; the
   decision says which fired;
-* estimate the events the VMs cannot absorb: the backlog seen plus the Simpson integral (Eq. 1) of
-  the input above the VMs' target capacity since the burst began, to be drained within the query's
-  window slide (the recovery deadline);
+* estimate the events the VMs cannot absorb: the larger of the backlog seen and the Simpson integral
+  (Eq. 1) of the input the VMs kept above their target capacity since the burst began, to be drained
+  within the query's window slide (the recovery deadline);
 * the VMs keep the target rate; the rest is the offloaded share, carried by ceil(Eq. 3) Lambda
   workers (rho = a Lambda core's capacity in VM cores, profiled at start-up);
 * scale down with hysteresis: only after the input has fitted the VMs and the backlog has drained for
@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from core.errors import ConfigError
-from policy.equations import CPU_HIGH, CPU_LOW, CPU_TARGET, excess_events, lambda_cores, per_core_rate
+from policy.equations import CPU_HIGH, CPU_LOW, CPU_TARGET, lambda_cores, per_core_rate, simpson
 from policy.monitor import Observation
 
 HOLD = "hold"
@@ -88,7 +88,7 @@ class SpongePolicy:
     share: float = 0.0
     workers: int = 0
     _per_core: float = field(init=False)
-    _burst: deque[Observation] = field(init=False, default_factory=lambda: deque(maxlen=120))
+    _burst: deque[tuple[Observation, float]] = field(init=False, default_factory=lambda: deque(maxlen=120))
     _calm_since: float | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
@@ -114,7 +114,7 @@ class SpongePolicy:
         )
         overloaded = fired != HOLD or (obs.epoch_s is not None and obs.input_rate > band_top)
         if overloaded:
-            self._burst.append(obs)
+            self._burst.append((obs, self.share))  # the share in force while this second's input arrived
         excess = self._excess(capacity)
         queued = max(obs.backlog - obs.input_rate * in_flight, 0.0)  # beyond the epoch in flight
         required = obs.input_rate + max(queued, excess) / cfg.deadline_s
@@ -159,9 +159,16 @@ class SpongePolicy:
         self._per_core += cfg.learn_rate * (sample - self._per_core)
 
     def _excess(self, capacity: float) -> float:
-        """Eq. 1's left side over this burst: the input above the VMs' target capacity, integrated."""
+        """Eq. 1's left side over this burst: the events the VMs could not absorb and must still drain.
+
+        The integrand is the input the VMs kept (the offloaded share went to the workers) minus their
+        target capacity, signed, so seconds in which the VMs ran below capacity drain what earlier
+        seconds queued: the estimate falls back to zero once the offloaded share has caught up,
+        instead of growing for as long as the burst lasts.
+        """
         if len(self._burst) < 2:
             return 0.0
-        rates = [o.input_rate for o in self._burst]
-        dt = (self._burst[-1].t - self._burst[0].t) / (len(self._burst) - 1)
-        return excess_events(rates, [capacity] * len(rates), dt) if dt > 0 else 0.0
+        samples = [o.input_rate * (1.0 - share) - capacity for o, share in self._burst]
+        first, last = self._burst[0][0].t, self._burst[-1][0].t
+        dt = (last - first) / (len(self._burst) - 1)
+        return max(simpson(samples, dt), 0.0) if dt > 0 else 0.0

@@ -110,3 +110,14 @@ def test_a_logged_run_replays_to_the_same_decisions(tmp_path: Path) -> None:
     assert all(logged == again for logged, again in pairs)
     assert {p[0].trigger for p in pairs} >= {HOLD, INPUT_RATE}
     assert pairs[-1][0].trigger in (HOLD, RELEASE) and pairs[-1][0].share == 0.0
+
+
+def test_a_long_burst_keeps_the_share_the_excess_needs_instead_of_pinning_it() -> None:
+    """A 2x burst for a minute: the VMs' share of the input (7,000/s once half is offloaded) fits their
+    capacity, so the integrated excess stops growing and drains; the share stays near 0.5 rather than
+    climbing to max_share as an integral of the whole input above capacity would make it."""
+    policy = SpongePolicy(CONFIG)
+    policy.decide(obs(0, 7_000))
+    decisions = [policy.decide(obs(t, 14_000, cpu=0.95)) for t in range(1, 61)]
+    assert decisions[-1].excess_events == pytest.approx(0.0, abs=1.0)
+    assert 0.5 <= decisions[-1].share < 0.6  # the first second's queue raised it a little, once
