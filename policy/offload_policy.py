@@ -52,6 +52,7 @@ class PolicyConfig:
     scale_down_hold_s: float = 5.0
     learn_rate: float = 0.2  # weight of a new stable sample in the per-core rate
     headroom: float = 1.1  # offload this much more than the arithmetic says (rates are noisy)
+    offload_cost: float = 0.0  # VM work an offloaded record still costs (routing, merging), in kept records
 
     def __post_init__(self) -> None:
         if self.per_core_rate <= 0 or self.rho <= 0:
@@ -61,6 +62,11 @@ class PolicyConfig:
             )
         if not 0 < self.cpu_low < self.cpu_target < self.cpu_high <= 1:
             raise ConfigError("the CPU band must satisfy 0 < low < target < high <= 1")
+        if not 0 <= self.offload_cost < 1:
+            raise ConfigError(
+                f"offload_cost must be in [0, 1), got {self.offload_cost}",
+                hint="it is the VM cost of an offloaded record relative to one kept on the VMs",
+            )
         if not 0 < self.max_share <= 1 or self.max_workers < 1 or self.deadline_s <= 0:
             raise ConfigError("max_share must be in (0, 1], max_workers >= 1 and deadline_s > 0")
 
@@ -118,7 +124,7 @@ class SpongePolicy:
         excess = self._excess(capacity)
         queued = max(obs.backlog - obs.input_rate * in_flight, 0.0)  # beyond the epoch in flight
         required = obs.input_rate + max(queued, excess) / cfg.deadline_s
-        wanted = min(cfg.max_share, max(0.0, 1.0 - capacity / (required * cfg.headroom))) if required else 0.0
+        wanted = self._share_for(required, capacity)
         if fired != HOLD and wanted > self.share:
             self._calm_since = None
             self._set(wanted, capacity, required)
@@ -141,6 +147,15 @@ class SpongePolicy:
             excess_events=excess,
             per_core_rate=self._per_core,
         )
+
+    def _share_for(self, required: float, capacity: float) -> float:
+        """The least share s with the VMs' load at the target: required x ((1 - s) + s x offload_cost)
+        <= capacity, since an offloaded record still costs the VMs its routing and merging."""
+        cfg = self.config
+        if required <= 0:
+            return 0.0
+        share = (1.0 - capacity / (required * cfg.headroom)) / (1.0 - cfg.offload_cost)
+        return min(cfg.max_share, max(0.0, share))
 
     def _set(self, share: float, capacity: float, required: float) -> None:
         self.share = round(share, 4)

@@ -79,9 +79,9 @@ def _arrivals(profile: QueryProfile, config: SimConfig) -> tuple[Any, list[float
 
 
 def policy_config(profile: QueryProfile, config: SimConfig) -> PolicyConfig:
-    """The live policy's configuration at paper scale: the profiled per-core rate and rho."""
+    """The live policy's configuration at paper scale: the profiled per-core rate, rho and offload cost."""
     return PolicyConfig(per_core_rate=profile.per_core_rate, rho=profile.rho, deadline_s=config.deadline_s,
-                        max_workers=config.scale.max_workers)
+                        max_workers=config.scale.max_workers, offload_cost=profile.sponge_vm_cost)
 
 
 def warm_workers(profile: QueryProfile, config: SimConfig) -> int:

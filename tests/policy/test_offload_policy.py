@@ -121,3 +121,13 @@ def test_a_long_burst_keeps_the_share_the_excess_needs_instead_of_pinning_it() -
     decisions = [policy.decide(obs(t, 14_000, cpu=0.95)) for t in range(1, 61)]
     assert decisions[-1].excess_events == pytest.approx(0.0, abs=1.0)
     assert 0.5 <= decisions[-1].share < 0.6  # the first second's queue raised it a little, once
+
+
+def test_the_share_covers_what_offloaded_records_still_cost_the_vms() -> None:
+    """An offloaded record costs the VMs 0.2 of a kept one (routing, merging): at 14,000/s the VMs keep
+    7,000/s only with 14,000 x ((1 - s) + 0.2 s) = 7,000, so s = 0.5 / 0.8 = 0.625."""
+    policy = SpongePolicy(PolicyConfig(per_core_rate=10_000, rho=2.0, headroom=1.0, offload_cost=0.2))
+    policy.decide(obs(0, 7_000))
+    assert policy.decide(obs(1, 14_000, cpu=0.95)).share == pytest.approx(0.625)
+    with pytest.raises(ConfigError, match="offload_cost"):
+        PolicyConfig(per_core_rate=10_000, rho=2.0, offload_cost=1.0)
