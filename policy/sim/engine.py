@@ -61,13 +61,19 @@ class EngineConfig:
 
 @dataclass
 class VmGroup:
-    """VMs that joined together: usable from `usable_from`, cold-JIT ramp from `jit_from` (None: warm)."""
+    """VMs that joined together: usable from `usable_from`, cold-JIT ramp from `jit_from` (None: warm),
+    billed from `billed_from` until `released_at` (inf: kept to the end)."""
 
     vms: int
     cores: int
     usable_from: float
     billed_from: float
     jit_from: float | None = None
+    released_at: float = math.inf
+
+    def up(self, t: float) -> bool:
+        """Usable at `t`: launched and not yet released."""
+        return self.usable_from <= t + 1e-9 < self.released_at
 
 
 class Strategy(Protocol):
@@ -139,6 +145,32 @@ class Cluster:
         self.groups.append(group)
         return group
 
+    def added_vms(self) -> tuple[int, int]:
+        """VMs added to the base ones and not released: (usable now, still launching)."""
+        live = [g for g in self.groups[1:] if g.released_at > self.t + 1e-9]
+        usable = sum(g.vms for g in live if g.up(self.t))
+        return usable, sum(g.vms for g in live) - usable
+
+    def release_vms(self, n: int) -> int:
+        """Release `n` added VMs now, the oldest first (a group is split if only part of it goes);
+        their billing stops now. Returns how many were released."""
+        left = n
+        for g in list(self.groups[1:]):
+            if left <= 0:
+                break
+            if g.released_at <= self.t + 1e-9:
+                continue
+            if g.vms <= left:
+                g.released_at = self.t
+                left -= g.vms
+            else:
+                per_vm = g.cores // g.vms
+                g.vms, g.cores = g.vms - left, g.cores - left * per_vm
+                self.groups.append(VmGroup(left, left * per_vm, g.usable_from, g.billed_from, g.jit_from,
+                                           released_at=self.t))
+                left = 0
+        return n - left
+
     def pause(self, seconds: float) -> float:
         """Stop the VMs' processing (a migration: Spark stops, moves tasks and state, resumes)."""
         self.pause_until = max(self.pause_until, self.t) + seconds
@@ -165,7 +197,7 @@ class Cluster:
 
     # --- capacity ------------------------------------------------------------------------------------
     def usable_cores(self) -> int:
-        return sum(g.cores for g in self.groups if g.usable_from <= self.t + 1e-9)
+        return sum(g.cores for g in self.groups if g.up(self.t))
 
     def vm_capacity(self) -> float:
         """Events/s the usable VM cores carry at 100 % CPU (0 during a migration pause)."""
@@ -174,7 +206,7 @@ class Cluster:
         floor, warmup = self._jit
         total = 0.0
         for g in self.groups:
-            if g.usable_from > self.t + 1e-9:
+            if not g.up(self.t):
                 continue
             eff = 1.0
             if g.jit_from is not None and warmup > 0:

@@ -19,6 +19,7 @@ from core.drill.patterns import BurstPattern
 from core.errors import ConfigError
 from policy.cost_model import (
     DailySetup,
+    PersistentBurstConfig,
     Prices,
     crossover_fraction,
     daily_cost_curve,
@@ -27,6 +28,7 @@ from policy.cost_model import (
 )
 from policy.equations import lambda_cores
 from policy.offload_policy import Decision, PolicyConfig
+from policy.persistent_burst import PersistentBurstRule
 from policy.sim import metrics
 from policy.sim.costs import BaselineCosts, MeasuredCosts, PaperScale, QueryProfile, query_profile
 from policy.sim.engine import EngineConfig, RunResult, run
@@ -57,6 +59,7 @@ class SimConfig:
     warm_factor: float = 5.0  # warm workers for this multiple of the stable load (4.4)
     vm_latency_s: float = 0.5  # assumption: a record's time in a micro-batch once pulled
     rho: float | None = None  # override the measured rho (1.0: Lambda core = VM core, as in the paper)
+    vm_handover: bool = True  # sponge hands a persistent burst to new VMs (ADR 0007)
     measured: MeasuredCosts = field(default_factory=MeasuredCosts)
     scale: PaperScale = field(default_factory=PaperScale)
     baseline: BaselineCosts = field(default_factory=BaselineCosts)
@@ -84,6 +87,17 @@ def policy_config(profile: QueryProfile, config: SimConfig) -> PolicyConfig:
                         max_workers=config.scale.max_workers, offload_cost=profile.sponge_vm_cost)
 
 
+def vm_rule(profile: QueryProfile, config: SimConfig) -> PersistentBurstRule:
+    """Sponge's persistent-burst rule at paper scale: VMs ready after the paper's launch and JVM start
+    (ADR 0007: the launch delay the cost rule assumes is the whole wait for a usable executor)."""
+    base, scale = config.baseline, config.scale
+    burst = PersistentBurstConfig(launch_delay_s=base.vm_launch_s + base.jvm_start_s,
+                                  lambda_memory_mb=scale.lambda_memory_mb)
+    return PersistentBurstRule(burst, config.prices, per_core_rate=profile.per_core_rate, rho=profile.rho,
+                               cores_per_vm=scale.cores_per_vm, base_vms=scale.vms,
+                               max_new_vms=scale.max_new_vms)
+
+
 def warm_workers(profile: QueryProfile, config: SimConfig) -> int:
     """Workers that carry `warm_factor` x the stable load at the CPU target (4.4), within the cap."""
     cores = lambda_cores(config.warm_factor * profile.stable_rate, profile.per_core_rate, profile.rho)
@@ -103,7 +117,7 @@ class QueryRuns:
 def _cost(result: RunResult, profile: QueryProfile, config: SimConfig, warm: int) -> float:
     horizon = config.duration_s
     cl = result.cluster
-    usd = sum(vm_cost_usd(g.vms, max(horizon - g.billed_from, 0.0), prices=config.prices)
+    usd = sum(vm_cost_usd(g.vms, max(min(horizon, g.released_at) - g.billed_from, 0.0), prices=config.prices)
               for g in cl.groups if g.billed_from < horizon)
     pings = warm * math.ceil(horizon / WARM_PING_INTERVAL_S) if result.policy in ("sponge", "sfbase") else 0
     seconds = cl.worker_seconds + pings * config.measured.warm_start_s
@@ -111,6 +125,20 @@ def _cost(result: RunResult, profile: QueryProfile, config: SimConfig, warm: int
         usd += lambda_cost_usd(1, config.scale.lambda_memory_mb, seconds, cl.worker_starts + pings,
                                prices=config.prices)
     return usd
+
+
+def _notes(log: Sequence[tuple[float, str, str]], limit: int = 12) -> str:
+    """The first `limit` events, always with sponge's VM requests and releases (they come late)."""
+    kinds = ("vm-request", "vm-release")
+    room = max(limit - sum(1 for e in log if e[1] in kinds), 0)
+    kept = []
+    for e in log:
+        if e[1] in kinds:
+            kept.append(e)
+        elif room > 0:
+            kept.append(e)
+            room -= 1
+    return "; ".join(f"{t:g}s {kind}: {detail}" for t, kind, detail in kept)
 
 
 def simulate_query(
@@ -144,7 +172,8 @@ def simulate_query(
         return run(strategy, profile, arrivals, engine,
                    jit_floor=base.jit_floor, jit_warmup_s=base.jit_warmup_s)
 
-    sponge = SpongeStrategy(pcfg)
+    sponge = SpongeStrategy(pcfg, vm_rule(profile, config) if config.vm_handover else None,
+                            vm_ready_s=base.vm_launch_s + base.jvm_start_s)
     results = {"sponge": go(sponge)}
     builders = {
         "noscaling": lambda: StaticStrategy("noscaling"),
@@ -177,13 +206,18 @@ def simulate_query(
             "events": round(s.arrived[-1]),
             "events_processed": round(s.pulled[-1] - s.to_lambda[-1] + s.lambda_done[-1]),
             "drained_at_s": round(len(s.arrived) * r.dt, 1),
-            "notes": "; ".join(f"{t:g}s {kind}: {detail}" for t, kind, detail in r.cluster.log[:12]),
+            "notes": _notes(r.cluster.log),
             "p99_ms_by_second": p99,
             "vm_cpu_by_second": metrics.per_second_mean(s.busy, per_s, seconds),
             "workers_by_second": metrics.per_second_mean(s.workers, per_s, seconds, 1),
             "offload_share_by_second": metrics.per_second_mean(s.share, per_s, seconds),
             "vm_cores_by_second": metrics.per_second_mean(s.vm_cores, per_s, seconds, 1),
         })
+        if name == "sponge" and config.vm_handover:
+            runs[-1]["vm_requests"] = [
+                {"t": q.t, "add": q.add, "release": q.release, "servers": q.servers, "reason": q.reason}
+                for q in sponge.vm_requests
+            ]
     report = {
         "query": profile.query,
         "pattern": pattern.text(),

@@ -4,7 +4,12 @@ Why each looks as it does:
 * sponge calls the real `policy.offload_policy.SpongePolicy` on every simulated second's Observation
   and applies its Decision unchanged: the share is routed from the next micro-batch on, the workers
   are started (warm within the warm pool, cold beyond it). Offloaded records cost the VMs only the
-  router and the merge (`QueryProfile.sponge_vm_cost`).
+  router and the merge (`QueryProfile.sponge_vm_cost`). With a `PersistentBurstRule` it also hands a
+  persistent burst to new VMs (ADR 0007): the rule sees the same Observation and Decision and the
+  added VMs' usable and pending counts; requested VMs are billed from the request and usable after
+  the launch and JVM start, cold (JIT ramp) but with no migration pause, because a new executor joins
+  the running application and the policy hands load back by lowering its share (it sees the new
+  cores in the next Observation); released VMs stop being billed at once.
 * sfbase replays Sponge's decisions (the paper configured SF baselines "to make the best scaling
   decisions", 6.2) but without operator insertion: each change of the share migrates whole tasks and
   their state, a stop-the-world pause of the task reconfiguration time plus the moved state's
@@ -22,6 +27,7 @@ import math
 
 from policy.monitor import Observation
 from policy.offload_policy import Decision, PolicyConfig, SpongePolicy
+from policy.persistent_burst import PersistentBurstRule, VmRequest
 from policy.sim.costs import BaselineCosts
 from policy.sim.engine import Cluster, VmGroup
 
@@ -36,10 +42,15 @@ class SpongeStrategy:
 
     name = "sponge"
 
-    def __init__(self, config: PolicyConfig) -> None:
+    def __init__(
+        self, config: PolicyConfig, vm_rule: PersistentBurstRule | None = None, vm_ready_s: float = 0.0
+    ) -> None:
         self.policy = SpongePolicy(config)
+        self.vm_rule = vm_rule
+        self.vm_ready_s = vm_ready_s  # from a VM request to its executor taking tasks
         self.decisions: list[Decision] = []
         self.observations: list[Observation] = []
+        self.vm_requests: list[VmRequest] = []
         self._planned = 0.0
 
     def start(self, cluster: Cluster) -> None:
@@ -53,6 +64,21 @@ class SpongeStrategy:
         if decision.share != self._planned:
             self._planned = decision.share
             cluster.plan(decision.share)
+        if self.vm_rule is not None:
+            self._vms(self.vm_rule, cluster, obs, decision)
+
+    def _vms(self, rule: PersistentBurstRule, cluster: Cluster, obs: Observation, decision: Decision) -> None:
+        req = rule.step(obs, decision, *cluster.added_vms())
+        if req is None:
+            return
+        self.vm_requests.append(req)
+        if req.add:
+            group = cluster.add_vms(req.add, cluster.t + self.vm_ready_s, cluster.t, cold_jit=True)
+            cluster.at(cluster.t, "vm-request", f"{req.add} VMs ({req.reason})")
+            cluster.at(group.usable_from, "vm-ready", f"{req.add} VMs usable (cold JIT), no migration pause")
+        if req.release:
+            released = cluster.release_vms(req.release)
+            cluster.at(cluster.t, "vm-release", f"{released} VMs ({req.reason})")
 
 
 class SfBaseStrategy:
