@@ -46,17 +46,37 @@ class Observation:
 class ProcessTreeCpu:
     """CPU seconds of a process and all its descendants (the Spark JVM and its Python workers).
 
-    Descendants that exit between two samples take their CPU time with them; at one-second sampling
-    Spark's long-lived Python workers make that loss negligible.
+    Walking the process tree reads every entry of /proc, which costs milliseconds on a busy host, so
+    the tree is walked only every `rescan_every` samples (or when a known process has exited) and the
+    samples in between read the CPU times of the processes already known. Spark's Python workers are
+    long-lived, so a worker forked between two walks is missed for at most that many seconds; one that
+    exits takes its CPU time with it, which at one-second sampling is negligible.
     """
 
-    def __init__(self, root_pids: Callable[[], Sequence[int]]) -> None:
+    def __init__(self, root_pids: Callable[[], Sequence[int]], rescan_every: int = 5) -> None:
         self._root_pids = root_pids
+        self._rescan_every = rescan_every
         self._procs: dict[int, psutil.Process] = {}
+        self._samples = 0
 
     def seconds(self) -> float:
-        total = 0.0
-        seen: set[int] = set()
+        if self._samples % self._rescan_every == 0 or not self._procs:
+            self._rescan()
+        self._samples += 1
+        total, exited = 0.0, False
+        for proc in self._procs.values():
+            try:
+                t = proc.cpu_times()
+            except psutil.Error:
+                exited = True
+                continue
+            total += t.user + t.system
+        if exited:
+            self._samples = 0  # walk the tree again at the next sample
+        return total
+
+    def _rescan(self) -> None:
+        procs: dict[int, psutil.Process] = {}
         for pid in self._root_pids():
             try:
                 root = self._procs.get(pid) or psutil.Process(pid)
@@ -64,17 +84,8 @@ class ProcessTreeCpu:
             except psutil.Error:
                 continue
             for p in tree:
-                if p.pid in seen:
-                    continue
-                seen.add(p.pid)
-                proc = self._procs.setdefault(p.pid, p)
-                try:
-                    t = proc.cpu_times()
-                except psutil.Error:
-                    continue
-                total += t.user + t.system
-        self._procs = {pid: p for pid, p in self._procs.items() if pid in seen}
-        return total
+                procs.setdefault(p.pid, self._procs.get(p.pid, p))
+        self._procs = procs
 
 
 class Monitor:

@@ -1,0 +1,57 @@
+"""The monitor's CPU accounting covers a process tree, cheaply, and its observations add up."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+from policy.monitor import Monitor, ProcessTreeCpu
+
+BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < {s}: pass\ntime.sleep(30)"
+
+
+def test_the_cpu_of_descendants_is_counted_and_walking_the_tree_is_rare() -> None:
+    child = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {BURN.format(s=0.4)!r}])"
+    parent = subprocess.Popen([sys.executable, "-c", child])
+    walks = []
+
+    def roots() -> list[int]:
+        walks.append(time.time())
+        return [parent.pid]
+
+    try:
+        cpu = ProcessTreeCpu(roots, rescan_every=10)
+        deadline = time.time() + 20
+        while cpu.seconds() < 0.35 and time.time() < deadline:  # the grandchild burns 0.4 s
+            time.sleep(0.1)
+            cpu._samples = 0  # walk again: the grandchild may not exist yet
+        assert cpu.seconds() >= 0.35
+        walked = len(walks)
+        for _ in range(4):  # between walks only the known processes are read
+            cpu.seconds()
+        assert len(walks) == walked
+    finally:
+        parent.kill()
+        os.system(f"pkill -P {parent.pid} >/dev/null 2>&1")
+
+
+def test_an_observation_turns_counters_into_rates() -> None:
+    clock = iter([100.0, 101.0, 102.0])
+    released, committed = iter([0, 10_000, 22_000]), iter([0, 8_000, 15_000])
+    monitor = Monitor(
+        cpu=ProcessTreeCpu(lambda: [os.getpid()]),
+        vm_cores=lambda: 1,
+        released=lambda: next(released),
+        committed=lambda: next(committed),
+        last_epoch_s=lambda: 1.5,
+        origin=100.0,
+        clock=lambda: next(clock),
+    )
+    first, second = monitor.observe(), monitor.observe()
+    assert first.cpu is None and first.input_rate == 0.0
+    assert (second.t, second.input_rate, second.processed_rate, second.backlog) == (1.0, 10_000, 8_000, 2_000)
+    third = monitor.observe()
+    assert third.backlog == 7_000 and third.queue_delay_s == 7_000 / 12_000
+    assert third.cost_ms < 50
