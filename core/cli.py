@@ -66,6 +66,15 @@ TargetOpt = Annotated[
         help="Where workers run: embedded (worker processes on this machine running the Lambda handler).",
     ),
 ]
+InvocationTypeOpt = Annotated[
+    str,
+    typer.Option(
+        "--invocation-type",
+        help="How the agent invokes a deployed function (--target localstack|aws): Event (Lambda queues "
+        "what it cannot run yet) or RequestResponse (a reached concurrency limit is an immediate 429, "
+        "counted as a throttle).",
+    ),
+]
 InjectOpt = Annotated[
     list[str] | None,
     typer.Option(
@@ -80,7 +89,9 @@ InjectOpt = Annotated[
 ]
 
 
-def _offload(share: float | None, workers: int, target: str, inject: list[str]):
+def _offload(
+    share: float | None, workers: int, target: str, inject: list[str], invocation_type: str = "Event"
+):
     from core.fault_spec import parse_all
     from core.spark.offload_session import OffloadConfig
 
@@ -88,8 +99,12 @@ def _offload(share: float | None, workers: int, target: str, inject: list[str]):
     if share is None:
         if faults:
             raise ConfigError("--inject needs --offload-share", hint="add e.g. --offload-share 0.5")
+        if invocation_type != "Event":
+            raise ConfigError("--invocation-type needs --offload-share", hint="add e.g. --offload-share 0.5")
         return None
-    return OffloadConfig(share=share, workers=workers, target=target, faults=faults)
+    return OffloadConfig(
+        share=share, workers=workers, target=target, faults=faults, invocation_type=invocation_type
+    )
 
 
 @app.callback()
@@ -177,6 +192,7 @@ def run(
     offload_share: OffloadShareOpt = None,
     workers: WorkersOpt = 2,
     target: TargetOpt = "embedded",
+    invocation_type: InvocationTypeOpt = "Event",
     inject: InjectOpt = None,
 ) -> None:
     """Stream EVENTS generated NEXMark events (or the JSONL events of --input) through QUERY on Spark.
@@ -196,7 +212,7 @@ def run(
         max_events_per_batch=batch_events,
         spark=SparkConfig(master=master),
         input=input_dir,
-        offload=_offload(offload_share, workers, target, inject or []),
+        offload=_offload(offload_share, workers, target, inject or [], invocation_type),
     )
     _check_query(query)
     what = f"the events of {input_dir}" if input_dir is not None else f"{events:,} events"

@@ -8,7 +8,8 @@ resource by resource (tests/infra/test_cdk_matches_template.py), and a stack dep
 updated from the other.
 
 What SAM's AutoPublishAlias does is spelt out here: a Lambda version (retained on replacement, so the
-alias can move back) and the alias "live" on it. The version's logical ID carries the code asset's
+alias can move back) and the alias "live" on it, and SAM's EventInvokeConfig becomes the
+AWS::Lambda::EventInvokeConfig on that alias. The version's logical ID carries the code asset's
 hash so that new code publishes a new version, as SAM's hashed IDs do; the image function's version
 carries the image URI in its description for the same reason (a new description replaces it).
 """
@@ -384,6 +385,19 @@ class WorkerStack(Stack):
             ),
         )
         _only_if(alias, self, condition)
+
+        # SAM's EventInvokeConfig: no asynchronous retries of a failed invocation through the alias
+        # (the agent has re-dispatched the worker's chunks by then and refuses a retried worker).
+        invoke_config = lambda_.CfnEventInvokeConfig(
+            self,
+            f"{logical_id}EventInvokeConfig",
+            function_name=function.ref,
+            qualifier=ALIAS,
+            maximum_retry_attempts=0,
+            destination_config=lambda_.CfnEventInvokeConfig.DestinationConfigProperty(),
+        )
+        invoke_config.add_dependency(alias)  # the qualifier must exist first
+        _only_if(invoke_config, self, condition)
 
     def _spark_cluster_policy(self, bucket: s3.CfnBucket) -> iam.CfnManagedPolicy:
         return iam.CfnManagedPolicy(

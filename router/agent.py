@@ -42,6 +42,7 @@ from core.fault_spec import FaultSpec, parse_all
 from lambda_worker.arrow_ipc import checksum, decode, encode
 from lambda_worker.program import ProgramCache, ProgramSpec
 from router import stats
+from router.boto3_invoker import INVOCATION_TYPES
 from router.dispatcher import ChunkFailed, ChunkOutcome, ChunkTask, DispatchConfig, Dispatcher, WorkerLink
 from router.faults import AgentFaults, check_agent_faults, check_can_kill
 from router.fleet import FleetConfig, FleetManager
@@ -466,7 +467,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--region", default=None, help="boto3: AWS region")
     p.add_argument("--qualifier", default=None, help="boto3: alias or version to invoke (e.g. live)")
     p.add_argument("--endpoint-url", default=None, help="boto3: Lambda endpoint (LocalStack's); default AWS")
-    p.add_argument("--invocation-type", default="Event", choices=("Event", "RequestResponse"))
+    p.add_argument(
+        "--invocation-type",
+        default="Event",
+        choices=INVOCATION_TYPES,
+        help="boto3: Event (202 at once; a throttle is queued by Lambda) or RequestResponse (held for the "
+        "worker's whole session; a throttle is an immediate 429)",
+    )
     p.add_argument("--chunk-timeout-s", type=float, default=30.0)
     p.add_argument("--local-fallback-s", type=float, default=2.0)
     p.add_argument("--idle-timeout-s", type=float, default=10.0)

@@ -24,6 +24,7 @@ from typing import IO, Any
 
 from core.errors import ConfigError, SpongeError
 from core.fault_spec import FaultSpec
+from router.boto3_invoker import INVOCATION_TYPES
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -51,12 +52,24 @@ def _pin(cpus: frozenset[int] | None) -> Any:
     return lambda: os.sched_setaffinity(0, chosen)
 
 
+def check_invocation_type(invocation_type: str) -> None:
+    """A ConfigError unless `invocation_type` is one the boto3 invoker makes (Event, RequestResponse)."""
+    if invocation_type not in INVOCATION_TYPES:
+        raise ConfigError(
+            f"unknown Lambda invocation type {invocation_type!r}", hint=f"use {' or '.join(INVOCATION_TYPES)}"
+        )
+
+
 @dataclass(frozen=True)
 class LambdaFunction:
     """The deployed function a boto3 agent invokes (core.deploy.Deployment, reduced to what it needs).
 
     `env`: extra environment of the agent process, e.g. LocalStack's test credentials, so the
     invoker uses boto3's default chain everywhere and never sees a key on its command line.
+    `invocation_type`: "Event" (the default: Lambda answers 202 at once and queues an invocation it
+    cannot run yet) or "RequestResponse" (the invoke is held for the worker's whole session, and a
+    reached concurrency limit is an immediate 429, which the fleet counts as a throttle and backs
+    off from).
     """
 
     name: str
@@ -64,13 +77,16 @@ class LambdaFunction:
     qualifier: str | None = None
     endpoint_url: str | None = None
     env: tuple[tuple[str, str], ...] = ()
+    invocation_type: str = "Event"
 
     def __post_init__(self) -> None:
         if not self.name or not self.region:
             raise ConfigError("a deployed function needs a name and a region", hint="run sponge deploy")
+        check_invocation_type(self.invocation_type)
 
     def argv(self) -> list[str]:
         args = ["--function-name", self.name, "--region", self.region]
+        args += ["--invocation-type", self.invocation_type]
         if self.qualifier:
             args += ["--qualifier", self.qualifier]
         if self.endpoint_url:

@@ -34,6 +34,7 @@ RETRYABLE_CODES = frozenset({"ServiceException", "InternalFailure", "ServiceUnav
 THROTTLE_CODES = frozenset({"TooManyRequestsException", "ThrottlingException"})
 ASYNC_PAYLOAD_LIMIT = 1024 * 1024  # 1 MB for "Event" invokes (6 MB for synchronous)
 SYNC_PAYLOAD_LIMIT = 6 * 1024 * 1024
+INVOCATION_TYPES = ("Event", "RequestResponse")
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ class Boto3InvokerConfig:
     def __post_init__(self) -> None:
         if not self.function_name:
             raise ConfigError("the boto3 invoker needs a function name", hint="pass --function-name")
-        if self.invocation_type not in ("Event", "RequestResponse"):
+        if self.invocation_type not in INVOCATION_TYPES:
             raise ConfigError(
                 f"invocation_type must be Event or RequestResponse, got {self.invocation_type!r}"
             )

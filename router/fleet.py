@@ -136,7 +136,8 @@ class FleetManager:
     def _invocation_over(self, handle: InvokeHandle) -> None:
         error = handle.exception()
         finished = error is not None or handle.result().finished
-        if isinstance(error, Throttled):
+        if isinstance(error, Throttled):  # a synchronous invoke refused at the concurrency limit (429)
+            self.counters.add(stats.WORKERS_STARTED, -1)  # counted when invoked; no worker started
             self._invoke_refused([handle.worker_id], error)
         elif error is not None:
             self.counters.add(stats.INVOKE_FAILURES)

@@ -36,12 +36,15 @@ class OffloadConfig:
     faults: tuple[FaultSpec, ...] = ()
     chunk_rows: int = 16_384
     chunk_timeout_s: float = 10.0
-    function_timeout_s: float = 60.0
+    function_timeout_s: float = 60.0  # the embedded fleet's; a deployed function's own timeout wins
     deployment: Any = None  # core.deploy.Deployment of a localstack/aws target, read once from its stack file
     stack_dir: Path | None = None  # where `sponge deploy` wrote the stack files (default .sponge/)
     worker_cpus: frozenset[int] | None = None  # pin the agent and workers (drills: the "Lambda" cores)
     prewarm: int = 0  # warm pool (section 4.4): environments warmed at start-up
     idle_timeout_s: float = 10.0  # keep an idle worker's session this long (a warm pool keeps it longer)
+    # How the agent invokes a deployed function: "Event" (Lambda queues what it cannot run yet) or
+    # "RequestResponse" (held for the session; a reached concurrency limit is an immediate 429).
+    invocation_type: str = "Event"
 
     def __post_init__(self) -> None:
         if isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 1:
@@ -53,6 +56,14 @@ class OffloadConfig:
 
             object.__setattr__(self, "deployment", load_deployment(self.target, self.stack_dir))
         self.plan()  # validates the share
+        from router.agent_process import check_invocation_type
+
+        check_invocation_type(self.invocation_type)
+        if self.target == "embedded" and self.invocation_type != "Event":
+            raise ConfigError(
+                f"invocation type {self.invocation_type} applies to a deployed function only",
+                hint="use --target localstack or aws, after sponge deploy",
+            )
         if self.chunk_rows <= 0:
             raise ConfigError(f"chunk rows must be positive, got {self.chunk_rows}")
 
@@ -86,7 +97,7 @@ class OffloadSession:
                 max_workers=self.config.workers,
                 faults=tuple(f for f in self.config.faults if f.kind in AGENT_KINDS),
                 chunk_timeout_s=self.config.chunk_timeout_s,
-                function_timeout_s=self.config.function_timeout_s,
+                function_timeout_s=self._function_timeout_s(),
                 log_path=self.dir / "workers.log",
                 function=self._function(),
                 cpus=self.config.worker_cpus,
@@ -110,7 +121,15 @@ class OffloadSession:
         if d is None:
             return None
         env = tuple(d.agent_env().items())
-        return LambdaFunction(d.function_name, d.region, d.qualifier, d.endpoint_url, env)
+        return LambdaFunction(
+            d.function_name, d.region, d.qualifier, d.endpoint_url, env, self.config.invocation_type
+        )
+
+    def _function_timeout_s(self) -> float:
+        """The deployed function's own timeout where there is one: a RequestResponse invoke lasts the
+        worker's whole session, so the invoker's read timeout must go above the function's, not 60 s."""
+        d = self.config.deployment
+        return float(d.function_timeout_s) if d is not None else self.config.function_timeout_s
 
     def publish(self, share: float, workers: int) -> OffloadPlan:
         """Make a new plan current (the policy loop): it routes the offsets no reader has planned yet."""

@@ -1,8 +1,9 @@
 """`sponge deploy` and `--target localstack`: template.yaml deployed through LocalStack's real
 CloudFormation, Q1 and Q5 offloaded to the deployed function through the real Lambda Invoke API, the
 outputs equal to the batch reference, the invocations visible through the Lambda, CloudWatch metrics
-and CloudWatch Logs APIs (with the workers' EMF documents), throttles and a function error survived
-with nothing lost, and the stack torn down.
+and CloudWatch Logs APIs (with the workers' EMF documents), LocalStack's own throttles (reserved
+concurrency reached), the agent's injected throttles and a function error survived with nothing lost,
+and the stack torn down.
 
 The fast tests at the top check the pieces that need no LocalStack.
 """
@@ -41,7 +42,7 @@ from core.nexmark.params import QueryParams
 from core.nexmark.reference import reference_for
 from core.nexmark.schedule import RateSchedule
 from core.results import diff_results, read_results
-from core.spark.offload_session import OffloadConfig
+from core.spark.offload_session import OffloadConfig, OffloadSession
 from core.spark.runner import RunConfig, run_query
 from router.agent_process import AgentProcessConfig, LambdaFunction
 from tests.infra.localstack_env import kill, running_localstack, runtime_pids
@@ -108,7 +109,23 @@ def test_a_deployment_reaches_the_agent_as_boto3_arguments(tmp_path: Path) -> No
     joined = " ".join(argv)
     assert "--invoker boto3" in joined and "--function-name s-worker" in joined
     assert "--qualifier live" in joined and "--endpoint-url http://127.0.0.1:1" in joined
+    assert "--invocation-type Event" in joined
     assert "test" not in argv, "credentials travel in the environment, never on the command line"
+
+    # RequestResponse reaches the agent from the run's config; its read timeout covers the function's.
+    sync = OffloadConfig(
+        share=0.5, target="localstack", stack_dir=tmp_path, invocation_type="RequestResponse"
+    )
+    session = OffloadSession(sync, tmp_path / "out", "q5", PARAMS)
+    assert "--invocation-type RequestResponse" in " ".join(session._function().argv())
+    assert session._function_timeout_s() == 120.0
+    with pytest.raises(ConfigError) as e:
+        OffloadConfig(share=0.5, target="localstack", stack_dir=tmp_path, invocation_type="Sync")
+    assert e.value.one_line() == "unknown Lambda invocation type 'Sync' (use Event or RequestResponse)"
+    with pytest.raises(ConfigError, match="applies to a deployed function only"):
+        OffloadConfig(share=0.5, invocation_type="RequestResponse")
+    with pytest.raises(ConfigError, match="unknown Lambda invocation type"):
+        LambdaFunction("f", "us-east-1", invocation_type="DryRun")
 
 
 def test_cli_commands_teach_and_fail_in_one_line(tmp_path: Path) -> None:
@@ -158,18 +175,27 @@ def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Deploym
 
 
 def _run(
-    tmp_path: Path, stack_dir: Path, query: str, events: int, *, faults: tuple = (), pace: bool = False
+    tmp_path: Path,
+    stack_dir: Path,
+    query: str,
+    events: int,
+    *,
+    faults: tuple = (),
+    pace: bool = False,
+    workers: int = 2,
+    invocation_type: str = "Event",
 ) -> dict[str, Any]:
     gen = GeneratorConfig(seed=5, events=events, schedule=RateSchedule.constant(4_000))
     out = tmp_path / query
     offload = OffloadConfig(
         share=0.5,
-        workers=2,
+        workers=workers,
         target="localstack",
         stack_dir=stack_dir,
         faults=faults,
         chunk_rows=2_000,
         chunk_timeout_s=5.0,
+        invocation_type=invocation_type,
     )
     summary = run_query(
         RunConfig(
@@ -209,8 +235,13 @@ def test_q1_and_q5_offloaded_to_the_deployed_function_equal_the_reference(
         assert summary["records_offloaded"] > 0 and summary["workers_started"] >= 1, summary
 
     # The invocations, seen through Lambda's and CloudWatch's own APIs.
-    fn = deployment.client("lambda").get_function(FunctionName=deployment.function_name)
+    lam = deployment.client("lambda")
+    fn = lam.get_function(FunctionName=deployment.function_name)
     assert fn["Configuration"]["State"] == "Active"
+    invoke_config = lam.get_function_event_invoke_config(
+        FunctionName=deployment.function_name, Qualifier=deployment.qualifier
+    )
+    assert invoke_config["MaximumRetryAttempts"] == 0, "no asynchronous retries of a failed worker"
     deadline = time.time() + 30
     report: dict[str, Any] = {}
     while time.time() < deadline:
@@ -229,9 +260,45 @@ def test_q1_and_q5_offloaded_to_the_deployed_function_equal_the_reference(
 
 @pytest.mark.slow
 @pytest.mark.spark
-def test_throttles_and_a_function_error_lose_nothing(spark, deployed, tmp_path: Path) -> None:
-    """LocalStack queues rather than throttles (DESIGN.md 6), so throttles are injected above the boto3
-    invoker; the function error is real: a worker's runtime is killed mid-invocation."""
+def test_localstack_throttles_at_reserved_concurrency_and_nothing_is_lost(
+    spark, deployed, tmp_path: Path
+) -> None:
+    """LocalStack's own concurrency limit, no fault injected: reserved concurrency 1, set through the
+    Lambda API (LocalStack's CloudFormation ignores ReservedConcurrentExecutions), and synchronous
+    RequestResponse invokes, so that LocalStack answers an invoke beyond the limit with 429
+    TooManyRequestsException (an "Event" invoke would be accepted and queued). Three workers are
+    wanted, one may run: the refused invokes are counted as throttles, the fleet backs off, the one
+    worker and the agent's local fallback carry the offloaded share, and the output is exact."""
+    deployment, stack_dir, _ = deployed
+    lam = deployment.client("lambda")
+    lam.put_function_concurrency(FunctionName=deployment.function_name, ReservedConcurrentExecutions=1)
+    try:
+        concurrency = lam.get_function_concurrency(FunctionName=deployment.function_name)
+        assert concurrency["ReservedConcurrentExecutions"] == 1
+        t0 = time.monotonic()
+        summary = _run(tmp_path, stack_dir, "q5", 30_000, workers=3, invocation_type="RequestResponse")
+        print(
+            f"\nq5 at reserved concurrency 1 in {time.monotonic() - t0:.1f} s: "
+            f"throttles {summary['throttles']}, workers started {summary['workers_started']}, "
+            f"records offloaded {summary['records_offloaded']}, "
+            f"run locally by the agent {summary['records_run_locally_by_agent']}"
+        )
+    finally:
+        lam.delete_function_concurrency(FunctionName=deployment.function_name)
+    assert "ReservedConcurrentExecutions" not in lam.get_function_concurrency(
+        FunctionName=deployment.function_name
+    )
+    assert summary["injected_faults"] == {}, summary
+    assert summary["throttles"] >= 1, summary  # LocalStack's 429s, nothing of the agent's own
+    assert summary["records_offloaded"] > 0 and summary["workers_started"] >= 1, summary
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_injected_throttles_and_a_killed_runtime_lose_nothing(spark, deployed, tmp_path: Path) -> None:
+    """The agent's own throttle path with "Event" invokes: `--inject throttle` refuses a share of the
+    invokes above the boto3 invoker, exactly as Lambda's 429 would (LocalStack's real limit is the test
+    above). The function error is real: a worker's runtime is killed mid-invocation."""
     deployment, stack_dir, handle = deployed
     cw_before = status(deployment)["metrics"]["Errors"] or 0
     killed: list[int] = []

@@ -104,6 +104,20 @@ def test_the_worker_function(sam: dict[str, Any]) -> None:
     assert alias["Name"] == "live" and "ProvisionedConcurrencyConfig" not in alias
 
 
+@pytest.mark.parametrize("given", [{}, {"WorkerImageUri": IMAGE_URI}], ids=["zip", "image"])
+def test_a_failed_asynchronous_invocation_is_not_retried(sam: dict[str, Any], given: dict[str, str]) -> None:
+    """The agent re-dispatches a failed worker's chunks and refuses a retried worker: no retries."""
+    stack = _deployed(sam, **given)
+    (alias_id,) = resources_of_type(stack, "AWS::Lambda::Alias")
+    (function_id,) = resources_of_type(stack, "AWS::Lambda::Function")
+    invoke_config = only(stack, "AWS::Lambda::EventInvokeConfig")
+    props = invoke_config["Properties"]
+    assert props["MaximumRetryAttempts"] == 0
+    assert props["Qualifier"] == "live"  # the alias the agent invokes
+    assert props["FunctionName"] == {"Ref": function_id}
+    assert as_list(invoke_config["DependsOn"]) == [alias_id]
+
+
 def test_the_handler_named_by_the_template_exists() -> None:
     handler = load_template()["Resources"]["WorkerFunction"]["Properties"]["Handler"]
     module, _, name = handler.rpartition(".")

@@ -69,6 +69,17 @@ def test_a_throttle_is_counted_and_backs_off() -> None:
     assert fm.want(3) == 0 and len(inv.events) == 1  # backing off: no new attempt
 
 
+def test_a_throttle_reported_by_the_handle_is_counted_backs_off_and_started_no_worker() -> None:
+    """A RequestResponse invoke learns of Lambda's 429 after invoke_async returned, through its handle."""
+    inv = ScriptedInvoker(10)
+    fm, c = _fleet(inv)
+    assert fm.want(2) == 2
+    inv.handles[1].set_exception(Throttled("429 ReservedFunctionConcurrentInvocationLimitExceeded"))
+    assert c.get(stats.THROTTLES) == 1 and c.get(stats.WORKERS_STARTED) == 1
+    assert fm.starting == 1 and not fm.admit(inv.events[1]["worker_id"])
+    assert fm.want(3) == 0 and len(inv.events) == 2  # backing off: no new attempt
+
+
 def test_only_invoked_workers_are_admitted_once() -> None:
     inv = ScriptedInvoker(10)
     fm, _ = _fleet(inv)
