@@ -1,0 +1,45 @@
+"""The probe's epoch-cost fit and what the drill derives from it, on worked numbers."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.drill.calibrate import EpochCost, fit, offload_cost
+from core.drill.latency import Epoch
+from core.errors import SpongeError
+
+
+def epochs(costs: list[tuple[int, float]], fixed: float = 1.0) -> list[Epoch]:
+    """Back-to-back epochs of the given sizes lasting `fixed` + their cost, after two slow first ones."""
+    out, t, offset = [], 0.0, 0
+    for n, per_event in [(5_000, 5e-3), (5_000, 1e-3), *costs]:
+        duration = fixed + n * per_event
+        out.append(Epoch(t, t + duration, offset, offset + n))
+        t, offset = t + duration, offset + n
+    return out
+
+
+def test_the_fit_recovers_fixed_and_per_event_cost_and_skips_the_first_epochs() -> None:
+    """T = 1 s + 20 us x n: capacity 50,000/s, stable rate at U = 0.7: 35,000/s, epochs there last
+    F / (1 - U) = 3.33 s."""
+    cost = fit(epochs([(n, 20e-6) for n in (10_000, 30_000, 20_000, 60_000, 45_000)]))
+    assert cost.fixed_s == pytest.approx(1.0)
+    assert cost.per_event_s == pytest.approx(20e-6)
+    assert cost.capacity == pytest.approx(50_000)
+    assert cost.stable_rate() == pytest.approx(35_000)
+    assert cost.epochs == 5
+
+
+def test_the_offload_cost_is_in_kept_events() -> None:
+    """Offloading 80 % made an event cost 0.3 c on average: 0.2 + 0.8 k = 0.3, so k = 0.125."""
+    plain = EpochCost(1.0, 20e-6, 5)
+    assert offload_cost(plain, EpochCost(1.2, 6e-6, 5), share=0.8) == pytest.approx(0.125)
+    assert offload_cost(plain, EpochCost(1.2, 1e-6, 5), share=0.8) == 0.0  # noise never makes it negative
+
+
+def test_a_probe_that_cannot_be_fitted_says_what_to_do() -> None:
+    with pytest.raises(SpongeError, match="too few"):
+        fit(epochs([(10_000, 20e-6)] * 2))
+    with pytest.raises(SpongeError, match="did not grow"):
+        shrinking = [Epoch(10.0 * i, 10.0 * i + 2.0 - 0.1 * i, 0, 1_000 * (i + 1)) for i in range(8)]
+        fit(shrinking)  # bigger epochs finishing faster
