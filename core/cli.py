@@ -265,7 +265,11 @@ def drill(
     duration: Annotated[float, typer.Option(min=10, help="Seconds of trace per policy.")] = 90.0,
     lead: Annotated[float, typer.Option(min=5, help="Stable seconds before the burst.")] = 30.0,
     compare: Annotated[
-        str, typer.Option(help="Policies run one after another on one trace: sponge, noscaling, over.")
+        str,
+        typer.Option(
+            help="Policies run one after another on one trace: sponge, noscaling, vmbase, vminit, over "
+            "(sfbase: `sponge simulate`)."
+        ),
     ] = "sponge,noscaling,over",
     policy: Annotated[str | None, typer.Option(help="Run one policy (instead of --compare).")] = None,
     rate: Annotated[
@@ -278,12 +282,23 @@ def drill(
         "runs/drill"
     ),
     workers: Annotated[int, typer.Option(min=1, help="Most Lambda workers the policy may use.")] = 4,
+    vm_launch_delay: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            max=600,
+            help="vmbase: seconds a new VM boots before its Spark worker starts (the paper's 25 s); its "
+            "executor is usable some seconds later. vminit's VM is started before the trace.",
+        ),
+    ] = 25.0,
     seed: SeedOpt = 0,
 ) -> None:
     """Burst drill: run QUERY through a burst under several scaling policies and compare them.
 
     Each policy runs in its own process on the same trace, the VM side pinned to core 0 and the
-    Lambda workers to core 1 (Over gets both cores for the VMs). The drill prints a table, checks
+    Lambda workers to core 1 (Over gets both cores for the VMs). vmbase and vminit run on a Spark
+    standalone cluster and, when the policy detects the burst, add a VM (a worker on core 1): vmbase's
+    after --vm-launch-delay, vminit's was started in advance. The drill prints a table, checks
     every policy's output against the batch reference, and writes report.json, report.md and PNG plots
     (p99 latency per second with the burst shaded, VM CPU, workers, offloaded share) under --report.
     """
@@ -302,6 +317,7 @@ def drill(
         seed=seed,
         stable_rate=rate,
         max_workers=workers,
+        vm_launch_delay_s=vm_launch_delay,
     )
     with err.status("drill ...") as spinner:
         result = run_drill(config, status=lambda text: spinner.update(f"drill: {text}"))

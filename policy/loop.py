@@ -4,17 +4,26 @@ Why a thread on the driver: the driver already knows the source offsets and the 
 offload plan it publishes is read by the source readers at their next planning (the routing log
 makes that safe mid-stream). Applying only publishes a plan; the agent grows its fleet from the
 chunks it is sent, up to the plan's workers.
+
+VMs are a separate action (`vm_action`), called with every observation and decision: adding a VM is
+slow, counted in VMs rather than in shares, and decided by other rules (VMBase's "overloaded: buy a
+VM", the persistent-burst rule's cost comparison), which read the same decision the plan comes from.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from policy.decision_log import DecisionLog
 from policy.monitor import Monitor, Observation
 from policy.offload_policy import Decision, SpongePolicy
+
+# Called with each second's observation and decision; returns what the decision log records with that
+# decision (DecisionLog.record's VM keywords: vms_usable, vms_pending, vm_request) or None.
+VmAction = Callable[[Observation, Decision | None], Mapping[str, Any] | None]
 
 
 class PolicyLoop:
@@ -27,6 +36,7 @@ class PolicyLoop:
         log: DecisionLog | None,
         interval_s: float = 1.0,
         gauges: Callable[[], dict[str, float]] = dict,
+        vm_action: VmAction | None = None,
     ) -> None:
         self.monitor = monitor
         self.policy = policy
@@ -34,7 +44,9 @@ class PolicyLoop:
         self.log = log
         self.interval_s = interval_s
         self.gauges = gauges  # recorded with each sample (e.g. the agent's connected workers)
+        self.vm_action = vm_action  # asks for or gives back VMs (None: the VMs are fixed)
         self.samples: list[tuple[Observation, Decision | None, dict[str, float]]] = []
+        self.errors: list[str] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="policy-loop", daemon=True)
 
@@ -47,15 +59,26 @@ class PolicyLoop:
         if self.log is not None:
             self.log.close()
 
+    def _vm_step(self, obs: Observation, decision: Decision | None) -> Mapping[str, Any] | None:
+        """Run the VM action; a failure is kept in `errors` and must not stop the monitoring."""
+        if self.vm_action is None:
+            return None
+        try:
+            return self.vm_action(obs, decision)
+        except Exception as e:
+            self.errors.append(f"t={obs.t:.1f}s vm_action: {type(e).__name__}: {e}")
+            return None
+
     def _run(self) -> None:
         next_t = time.time()
         last: tuple[float, int] | None = None
         while not self._stop.is_set():
             obs = self.monitor.observe()
             decision = self.policy.decide(obs) if self.policy is not None else None
+            vm_log = self._vm_step(obs, decision)
             if decision is not None:
                 if self.log is not None:
-                    self.log.record(obs, decision)
+                    self.log.record(obs, decision, **(vm_log or {}))
                 if (decision.share, decision.workers) != last:
                     self.apply(decision)
                     last = (decision.share, decision.workers)

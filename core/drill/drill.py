@@ -5,6 +5,12 @@ comparable when measured on the same trace, back to back. Each policy runs in it
 (core/drill/run_policy.py) with the VM side pinned to `vm_cpus` and the agent and its Lambda workers
 pinned to `worker_cpus`; Over gets every core for the VMs.
 
+VMBase and VMInit run their VMs as workers of a Spark standalone cluster (core/spark/vm_pool.py): the
+base VM on `vm_cpus`, the VM they add on `worker_cpus`. Both watch the burst with Sponge's own policy
+and react to its trigger by asking for a VM instead of offloading: VMBase's boots for
+`vm_launch_delay_s` first, VMInit's was initialised before the trace and only starts its executor
+(core/drill/vm_actions.py). Their added VM is billed from the request (VMInit's for the whole trace).
+
 The stable rate is chosen so the VM side runs at ~70 % CPU: a short paced probe measures the CPU at a
 known rate (the CPU grows about linearly with the rate in a stable period) and scales it. The probe's
 result is kept in the report directory and reused for the same query and window.
@@ -29,8 +35,12 @@ from core.drill.run_policy import PolicyRun
 from core.errors import ConfigError, SpongeError
 from core.nexmark.schedule import RateSchedule
 
-POLICIES = ("sponge", "noscaling", "over")
-PLANNED = ("vmbase", "sfbase", "vminit")  # issue 4, not built yet: refused with a clear message
+POLICIES = ("sponge", "noscaling", "vmbase", "vminit", "over")
+VM_SCALING = ("vmbase", "vminit")  # add a VM when the policy detects the burst
+NOT_LIVE = {  # policies the simulator models but a live drill cannot run, and why
+    "sfbase": "SFBase migrates whole stateful tasks with their state to Lambda, which needs key-level "
+    "state migration (DESIGN.md 4); that is not built",
+}
 PROBE_RATE = 20_000.0
 PROBE_S = 20.0
 TARGET_CPU = 0.7
@@ -55,12 +65,16 @@ class DrillConfig:
     check_reference: bool = True
     window_size_s: int = 10
     window_slide_s: int = 2
+    vm_launch_delay_s: float = 25.0  # vmbase: from the VM's request to its worker's start (its boot)
 
     def __post_init__(self) -> None:
         BurstPattern.parse(self.pattern)
         for p in self.policies:
-            if p in PLANNED:
-                raise ConfigError(f"policy {p!r} is not built yet", hint=f"use {', '.join(POLICIES)}")
+            if p in NOT_LIVE:
+                raise ConfigError(
+                    f"policy {p!r} cannot run live: {NOT_LIVE[p]}",
+                    hint=f"`sponge simulate --compare {p}` models it; live policies: {', '.join(POLICIES)}",
+                )
             if p not in POLICIES:
                 raise ConfigError(f"unknown policy {p!r}", hint=f"use {', '.join(POLICIES)}")
         if self.target not in ("embedded", "localstack", "aws"):
@@ -68,6 +82,13 @@ class DrillConfig:
         cores = os.cpu_count() or 1
         if max((*self.vm_cpus, *self.worker_cpus)) >= cores:
             raise ConfigError(f"this machine has {cores} cores; pass CPU sets within 0..{cores - 1}")
+        if not 0 <= self.vm_launch_delay_s <= 600:
+            raise ConfigError(
+                f"the VM launch delay must be within 0..600 s, got {self.vm_launch_delay_s:g}",
+                hint="25 s is a VM's boot in the paper (6.2)",
+            )
+        if any(p in VM_SCALING for p in self.policies) and not self.worker_cpus:
+            raise ConfigError("vmbase and vminit add a VM on the worker cores; none are set")
 
 
 def run_drill(config: DrillConfig, status: Callable[[str], None] = print) -> dict[str, Any]:
@@ -129,6 +150,7 @@ def probe_stable_rate(config: DrillConfig, status: Callable[[str], None]) -> flo
 def _spec(config: DrillConfig, policy: str, trace: Trace, per_core: float) -> PolicyRun:
     over = policy == "over"
     vm_cpus = sorted({*config.vm_cpus, *config.worker_cpus}) if over else list(config.vm_cpus)
+    vms = policy in VM_SCALING
     return PolicyRun(
         policy=policy,
         query=config.query,
@@ -136,12 +158,12 @@ def _spec(config: DrillConfig, policy: str, trace: Trace, per_core: float) -> Po
         seed=config.seed,
         schedule=trace.schedule.text(),
         output=str(config.report / policy / "output"),
-        master=f"local[{2 * len(vm_cpus)},4]",
+        master="standalone" if vms else f"local[{2 * len(vm_cpus)},4]",
         vm_cpus=vm_cpus,
         worker_cpus=list(config.worker_cpus),
         offload=policy == "sponge",
         target=config.target,
-        controlled=policy == "sponge",
+        controlled=policy == "sponge" or vms,  # vmbase/vminit: the policy's trigger, no plan published
         max_workers=config.max_workers,
         prewarm=config.max_workers if policy == "sponge" else 0,
         per_core_rate=per_core,
@@ -149,6 +171,10 @@ def _spec(config: DrillConfig, policy: str, trace: Trace, per_core: float) -> Po
         deadline_s=float(config.window_slide_s),
         window_size_s=config.window_size_s,
         window_slide_s=config.window_slide_s,
+        standalone=vms,
+        warm_vms=1 if policy == "vminit" else 0,
+        vms_on_burst=1 if vms else 0,
+        vm_launch_delay_s=config.vm_launch_delay_s,
     )
 
 
@@ -192,7 +218,7 @@ def _summarise(
     config: DrillConfig, policy: str, trace: Trace, result: dict[str, Any], reference: Any
 ) -> dict[str, Any]:
     from core.results import diff_results, read_results
-    from policy.cost_model import Prices, lambda_cost_usd, vm_cost_usd
+    from policy.cost_model import Prices, lambda_cost_usd
 
     origin = result["origin"]
     epochs = [latency.Epoch(**e) for e in result["epochs"]]
@@ -209,12 +235,14 @@ def _summarise(
         return out
 
     workers = by_second(lambda s: s["gauges"].get("workers_connected", 0))
-    share = by_second(lambda s: s["decision"]["share"] if s["decision"] else 0.0)
+    offloads = policy == "sponge"  # the others read the policy's decisions but publish no plan
+    share = by_second(lambda s: s["decision"]["share"] if s["decision"] and offloads else 0.0)
     worker_s = float(sum(w or 0 for w in workers))
-    vm_cores = len(config.vm_cpus) + (len(config.worker_cpus) if policy == "over" else 0)
+    base_cores = len(config.vm_cpus) + (len(config.worker_cpus) if policy == "over" else 0)
+    cores = by_second(lambda s: s["observation"]["vm_cores"])
     prices = Prices()
-    cost = lambda_cost_usd(1, LAMBDA_MEMORY_MB, worker_s, prices=prices) + vm_cost_usd(
-        vm_cores / 4, trace.duration_s, prices=prices
+    cost = lambda_cost_usd(1, LAMBDA_MEMORY_MB, worker_s, prices=prices) + _vm_cost(
+        result, base_cores, trace.duration_s, prices
     )
     output = config.report / policy / "output"
     match = None if reference is None else diff_results(read_results(output), reference) is None
@@ -224,7 +252,11 @@ def _summarise(
         "mean_p99_ms_during_burst": latency.mean(series.p99_ms, trace.bursts),
         "p99_ms_by_second": series.p99_ms,
         "p50_ms_by_second": series.p50_ms,
-        "reaction_s": _reaction(result, trace, output / "_offload"),
+        "reaction_s": (
+            _vm_reaction(result, trace)
+            if policy in VM_SCALING
+            else _reaction(result, trace, output / "_offload")
+        ),
         "recovery_s": latency.recovery_s(series.p99_ms, trace.bursts, config.lead_s),
         "lambda_worker_seconds": worker_s,
         "cost_usd": round(cost, 6),
@@ -232,7 +264,7 @@ def _summarise(
         "vm_cpu_by_second": by_second(lambda s: s["observation"]["cpu"]),
         "workers_by_second": workers,
         "offload_share_by_second": share,
-        "vm_cores_by_second": [vm_cores] * seconds,
+        "vm_cores_by_second": [c if c is not None else base_cores for c in cores],
         "events": trace.events,
         "wall_s": result["summary"]["wall_s"],
         "records_offloaded": result["summary"].get("records_offloaded", 0),
@@ -259,7 +291,36 @@ def _reaction(result: dict[str, Any], trace: Trace, directory: Path) -> float | 
     return None
 
 
+def _vm_cost(result: dict[str, Any], base_cores: int, duration_s: float, prices: Any) -> float:
+    """VM time in r5.xlarge-core units (4 cores a VM): the base cores for the whole trace, and every VM
+    added at run time from its request (a pre-initialised one from the start) to its release or the end."""
+    from policy.cost_model import vm_cost_usd
+
+    cost = vm_cost_usd(base_cores / 4, duration_s, prices=prices)
+    for vm in result.get("vms", []):
+        if vm["base"]:
+            continue
+        start = 0.0 if vm["warm"] else (vm["requested_s"] if vm["requested_s"] is not None else duration_s)
+        end = vm["released_s"] if vm["released_s"] is not None else duration_s
+        start, end = max(start, 0.0), min(end, duration_s)
+        if end > start:
+            cost += vm_cost_usd(vm["cores"] / 4, end - start, prices=prices)
+    return cost
+
+
+def _vm_reaction(result: dict[str, Any], trace: Trace) -> float | None:
+    """Burst onset to the first added VM's executor registering with the driver (its cores usable)."""
+    if not trace.bursts:
+        return None
+    onset = trace.bursts[0][0]
+    usable = [vm["usable_s"] for vm in result.get("vms", []) if not vm["base"] and vm["usable_s"] is not None]
+    usable = [t for t in usable if t >= onset]
+    return round(min(usable) - onset, 2) if usable else None
+
+
 def _notes(result: dict[str, Any]) -> str:
+    if "vms" in result:
+        return _vm_notes(result)
     s = result["summary"]
     if not s.get("records_offloaded"):
         return ""
@@ -267,6 +328,30 @@ def _notes(result: dict[str, Any]) -> str:
         f"{s['records_offloaded']:,} records offloaded; {s.get('workers_started', 0)} workers started, "
         f"{s.get('workers_prewarmed', 0)} prewarmed, {s.get('cold_starts', 0)} cold starts"
     )
+
+
+def _vm_notes(result: dict[str, Any]) -> str:
+    """One line on the VM side: when the VM was asked for and usable, and where the tasks ran."""
+    parts = []
+    for action in result.get("vm_actions", []):
+        parts.append(f"VM requested at {action['t']:.1f} s ({action['reason']})")
+    for vm in result["vms"]:
+        if vm["base"]:
+            continue
+        what = "pre-initialised VM" if vm["warm"] else "new VM"
+        if vm["usable_s"] is None:
+            parts.append(f"{what} {vm['vm']} never became usable ({vm['state']})")
+        else:
+            boot = "" if vm["warm"] else f"worker up at {vm['worker_registered_s']:.1f} s, "
+            parts.append(
+                f"{what} {vm['vm']}: {boot}executor usable at {vm['usable_s']:.1f} s "
+                f"({vm['request_to_usable_s']:.1f} s after the request)"
+            )
+    tasks = [f"{e['completed_tasks']}" for e in result.get("executors", [])]
+    if tasks:
+        parts.append(f"tasks per executor: {' / '.join(tasks)}")
+    parts.extend(result.get("loop_errors", []))
+    return "; ".join(parts)
 
 
 def policies_from(text: str) -> tuple[str, ...]:

@@ -31,6 +31,7 @@ REFERENCE_POLICY = "sponge"
 # states whether each was met, so a reader need not redo the division.
 PEAK_P99_TARGETS: Mapping[str, float] = {"noscaling": 0.3, "vmbase": 0.5, "over": 1.5}
 REACTION_TARGET_S = 2.0
+VM_SCALING = ("vmbase", "vminit")  # their reaction_s: the burst onset to the added VM's executor usable
 
 LATENCY_PNG = "latency.png"
 VM_CPU_PNG = "vm_cpu.png"
@@ -363,7 +364,13 @@ def verdict(report: Mapping[str, Any]) -> str:
 
     if bursts:
         reaction = _num(run.get("reaction_s"))
-        if reaction is None:
+        if run.get("policy") in VM_SCALING:  # their reaction is a VM's executor becoming usable
+            clauses.append(
+                "no VM it added became usable after the onset"
+                if reaction is None
+                else f"the VM it added was usable {reaction:.1f} s after the onset"
+            )
+        elif reaction is None:
             clauses.append("it never offloaded a record")
         else:
             text = f"it first offloaded {reaction:.1f} s after the onset"

@@ -4,6 +4,11 @@ Why a process per run: each policy needs its own Spark JVM with its own CPU set 
 Over gets them all), and a JVM inherits its CPU affinity from the process that starts it. The agent
 and its Lambda workers are pinned to the other cores, so offloading adds capacity instead of
 stealing it from the VMs.
+
+With `standalone` the VMs are workers of a Spark standalone cluster on 127.0.0.1 (core/spark/vm_pool.py):
+the base VM's worker is pinned to the VM cores, the driver too, and VMs added at run time (VMBase,
+VMInit, persistent bursts) to the worker cores. The monitor's CPU then covers the driver and every
+executor JVM with its Python workers, and its vm_cores counts the cores of the registered executors.
 """
 
 from __future__ import annotations
@@ -12,14 +17,26 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from core.drill.latency import Epoch
+from core.errors import ConfigError
+from policy.cost_model import Prices
 
 WARMUP_EVENTS = 60_000
+WARMUP_EPOCHS = 12  # standalone runs: see _run
+EXECUTOR_START_S = 8.0  # a new worker's registration plus its executor's start here (ADR 0007)
+# One task slot per CPU, and a stateful stage has as many tasks as shuffle partitions (2, as in the
+# local runs): one runs on the base VM, the other waits for its slot. Spark's delay scheduling would keep
+# it waiting up to 3 s for that executor (it last held the partition's state, and the wait restarts with
+# every task launched there), so a new VM got no stateful task while the base one kept up with short
+# tasks (measured: 0 tasks in 10 s). With no wait the task takes the new VM's free slot and its state
+# store reloads there from the checkpoint: VMBase's "migrate tasks and state to the new VM".
+STANDALONE_CONF = (("spark.locality.wait", "0"),)
 
 
 @dataclass(frozen=True)
@@ -45,14 +62,68 @@ class PolicyRun:
     deadline_s: float = 2.0
     window_size_s: int = 10
     window_slide_s: int = 2
+    standalone: bool = False  # VMs are standalone workers that can be added (vmbase, vminit, persistent)
+    warm_vms: int = 0  # VMs initialised in advance, holding no executor until asked for (vminit)
+    vms_on_burst: int = 0  # VMs asked for at the first burst the policy detects (vmbase, vminit)
+    vm_launch_delay_s: float = 25.0  # a new VM's boot, before its worker starts
+    persistent: bool = False  # the persistent-burst rule may buy VMs (policy/persistent_burst.py)
+    persistent_handover_s: float = 5.0  # Lambdas kept after the bought VMs are usable (the rule's H)
+
+    def __post_init__(self) -> None:
+        if (self.persistent or self.warm_vms or self.vms_on_burst) and not self.standalone:
+            raise ConfigError(
+                "adding VMs at run time needs the standalone VMs",
+                hint="set standalone (local[N] is one executor that cannot grow)",
+            )
+        if self.persistent and not (self.controlled and self.offload):
+            raise ConfigError("the persistent-burst rule hands Sponge's offloaded load to VMs",
+                              hint="run it with the sponge policy (controlled, offload)")
+
+
+class PoolCpu:
+    """CPU seconds of the VM pool's processes: the driver JVM, the executors and their Python workers.
+
+    Two differences from ProcessTreeCpu's defaults, both about when CPU time is counted:
+    * the tree is walked at every sample (a walk costs about 1 ms here): ProcessTreeCpu counts a
+      process's whole CPU time at the walk that finds it, and standalone executors fork Python workers
+      as tasks arrive, so walking every 5th sample put seconds of CPU into one sample (readings of 1.0
+      at a stable load, which fired the policy's CPU trigger);
+    * an executor that joins is counted from the sample that first sees it: its JVM start-up, seconds
+      of CPU on its own core before it registered, is the VM's boot, not the query's work.
+    """
+
+    def __init__(self, roots: Callable[[], list[int]]) -> None:
+        self._roots = roots
+        self._key: tuple[int, ...] | None = None
+        self._tree: Any = None
+        self._raw = 0.0  # the current tree's reading at the last sample
+        self._total = 0.0
+
+    def seconds(self) -> float:
+        from policy.monitor import ProcessTreeCpu
+
+        key = tuple(self._roots())
+        if self._tree is not None and key == self._key:
+            raw = self._tree.seconds()
+            self._total += max(raw - self._raw, 0.0)  # a process that exits takes its time with it
+            self._raw = raw
+            return self._total
+        if self._tree is not None:  # the last interval of the processes known so far
+            self._total += max(self._tree.seconds() - self._raw, 0.0)
+        self._key, self._tree = key, ProcessTreeCpu(lambda: list(key), rescan_every=1)
+        self._raw = self._tree.seconds()
+        return self._total
 
 
 class DrillHooks:
     """Keeps the epochs as they commit and runs the policy loop (monitoring only for baselines)."""
 
-    def __init__(self, run: PolicyRun, schedule: Any) -> None:
+    def __init__(self, run: PolicyRun, schedule: Any, pool: Any = None) -> None:
         self.run = run
         self.schedule = schedule
+        self.pool = pool  # core.spark.vm_pool.VmPool for standalone runs
+        self.vm_action: Any = None
+        self.executors: list[dict[str, Any]] = []
         self.epochs: list[Epoch] = []
         self.covered = 0
         self.loop: Any = None
@@ -87,9 +158,13 @@ class DrillHooks:
         self.session, self.origin = session, origin
         jvm = spark.sparkContext._gateway.proc.pid
         released_cap = self.run.events + 1
+        cpu: Any = ProcessTreeCpu(lambda: [jvm])
+        vm_cores: Callable[[], int] = lambda: len(os.sched_getaffinity(jvm))  # noqa: E731
+        if self.pool is not None:
+            cpu, vm_cores = PoolCpu(self.pool.cpu_roots), self.pool.cores
         monitor = Monitor(
-            cpu=ProcessTreeCpu(lambda: [jvm]),
-            vm_cores=lambda: len(os.sched_getaffinity(jvm)),
+            cpu=cpu,
+            vm_cores=vm_cores,
             released=lambda: min(int(self.schedule.events_by(time.time() - origin)), released_cap),
             committed=lambda: self.covered,
             last_epoch_s=lambda: (
@@ -105,28 +180,89 @@ class DrillHooks:
                 deadline_s=self.run.deadline_s,
                 max_workers=self.run.max_workers,
             )
+            rule = self._vm_rule() if self.run.persistent else None
             policy, log = (
                 SpongePolicy(config),
-                DecisionLog(Path(self.run.output + "-decisions.jsonl"), config),
+                DecisionLog(Path(self.run.output + "-decisions.jsonl"), config, vm_rule=rule),
             )
+            self.vm_action = self._vm_action(rule)
         self.loop = PolicyLoop(
-            monitor=monitor, policy=policy, apply=self._apply, log=log, gauges=self._gauges
+            monitor=monitor,
+            policy=policy,
+            apply=self._apply,
+            log=log,
+            gauges=self._gauges,
+            vm_action=self.vm_action,
         )
         self.loop.start()
 
+    def _vm_rule(self) -> Any:
+        """The persistent-burst rule, sized for this machine: one added VM on the worker cores at most."""
+        from core.spark.vm_pool import cpu_cores
+        from policy.cost_model import PersistentBurstConfig
+        from policy.persistent_burst import PersistentBurstRule
+
+        if self.pool is None:
+            raise ConfigError("persistent bursts need the standalone VMs", hint="set PolicyRun.standalone")
+        # The rule's launch delay runs from the request to a usable executor: the boot plus the worker's
+        # registration and the executor's start (ADR 0007: ~8 s here).
+        cores = cpu_cores(self.pool.new_vm)
+        return PersistentBurstRule(
+            PersistentBurstConfig(
+                launch_delay_s=self.run.vm_launch_delay_s + EXECUTOR_START_S,
+                handover_s=self.run.persistent_handover_s,
+            ),
+            vm_prices(cores),
+            per_core_rate=self.run.per_core_rate,
+            rho=self.run.rho,
+            cores_per_vm=cores,
+            base_vms=self.pool.base_vms,
+            max_new_vms=1,  # the worker cores hold one more VM on this machine
+        )
+
+    def _vm_action(self, rule: Any) -> Any:
+        from core.drill.vm_actions import PersistentVms, ScaleOnBurst
+
+        if self.pool is None:
+            return None
+        if rule is not None:
+            return PersistentVms(rule, self.pool, self.pool.base_vms, self.run.vm_launch_delay_s)
+        if self.run.vms_on_burst:
+            return ScaleOnBurst(self.pool, self.run.vms_on_burst, self.run.vm_launch_delay_s)
+        return None
+
     def _gauges(self) -> dict[str, float]:
+        gauges: dict[str, float] = {}
+        if self.pool is not None:
+            gauges.update(vms_usable=self.pool.usable(), vms_pending=self.pool.pending())
         if self.session is None or self.session.agent is None:
-            return {}
+            return gauges
         latest = self.session.agent.latest()
-        return {k: latest.get(k, 0) for k in ("workers_connected", "workers_prewarmed", "records_offloaded")}
+        keys = ("workers_connected", "workers_prewarmed", "records_offloaded")
+        return {**gauges, **{k: latest.get(k, 0) for k in keys}}
 
     def _apply(self, decision: Any) -> None:
+        if self.session is None:  # VMBase/VMInit read the policy's trigger but publish no plan
+            return
         plan = self.session.publish(decision.share, decision.workers)
         self.published.append({"t": time.time() - self.origin, "share": plan.share, "workers": plan.workers})
 
     def stopped(self) -> None:
         if self.loop is not None:
             self.loop.stop()
+        if self.pool is not None:  # while the application still runs: where its tasks ran
+            self.executors = self.pool.executors()
+
+    def vm_result(self) -> dict[str, Any]:
+        """The VM side's record for the drill: each VM's stamps, the executors' tasks, the actions taken."""
+        if self.pool is None:
+            return {}
+        return {
+            "vms": self.pool.timeline(self.origin),
+            "executors": self.executors,
+            "vm_actions": getattr(self.vm_action, "events", []),
+            "loop_errors": self.loop.errors if self.loop is not None else [],
+        }
 
     def per_second(self) -> list[dict[str, Any]]:
         """The loop's samples: observation, decision and the agent's worker gauge."""
@@ -137,14 +273,79 @@ class DrillHooks:
 
 
 def run(spec: PolicyRun) -> dict[str, Any]:
+    os.sched_setaffinity(0, set(spec.vm_cpus))  # the JVM and its Python workers inherit it
+    pool = _start_vms(spec) if spec.standalone else None
+    try:
+        return _run(spec, pool)
+    finally:
+        if pool is not None:
+            _stop_spark()
+            pool.stop()
+
+
+def _start_vms(spec: PolicyRun) -> Any:
+    """The standalone "VMs": the base VM (the VM cores), the driver on it, the pool attached to the app.
+
+    A VMInit run's VMs are started here too, before the warm-up: booted and registered, holding no
+    executor until the policy asks for them.
+    """
+    from core.spark.cluster import WorkerSpec
+    from core.spark.session import spark_session
+    from core.spark.vm_pool import VmPool
+
+    out = Path(spec.output)
+    base = WorkerSpec(cores=len(spec.vm_cpus), cpus=tuple(spec.vm_cpus))
+    new_vm = WorkerSpec(cores=len(spec.worker_cpus), cpus=tuple(spec.worker_cpus))
+    started = time.monotonic()
+    pool = VmPool.start(out.parent / f"{out.name}-cluster", base, new_vm)
+    try:
+        spark = spark_session(_spark_config(spec, pool.master_url))
+        pool.attach(spark)
+        if spec.warm_vms:
+            pool.prewarm(spec.warm_vms)
+    except BaseException:
+        _stop_spark()
+        pool.stop()
+        raise
+    print(f"standalone VMs ready in {time.monotonic() - started:.1f} s: {pool.cluster.timings}", flush=True)
+    return pool
+
+
+def vm_prices(cores: int, list_prices: Prices | None = None) -> Prices:
+    """A drill's "VM" of `cores` cores, priced as that share of the list VM (as the drill bills VM time)."""
+    list_prices = list_prices or Prices()
+    share = cores / list_prices.vm_cores
+    return replace(
+        list_prices,
+        vm_type=f"{cores} of {list_prices.vm_cores} cores of {list_prices.vm_type}",
+        vm_usd_per_hour=list_prices.vm_usd_per_hour * share,
+        vm_cores=cores,
+    )
+
+
+def _spark_config(spec: PolicyRun, standalone_url: str | None) -> Any:
+    from core.spark.session import SparkConfig
+
+    if standalone_url is None:
+        return SparkConfig(master=spec.master)
+    return SparkConfig(master=standalone_url, conf=STANDALONE_CONF)
+
+
+def _stop_spark() -> None:
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        active.stop()
+
+
+def _run(spec: PolicyRun, pool: Any) -> dict[str, Any]:
     from core.nexmark.generator import GeneratorConfig
     from core.nexmark.params import QueryParams
     from core.nexmark.schedule import RateSchedule
     from core.spark.offload_session import OffloadConfig
     from core.spark.runner import RunConfig, run_query
-    from core.spark.session import SparkConfig
 
-    os.sched_setaffinity(0, set(spec.vm_cpus))  # the JVM and its Python workers inherit it
     schedule = RateSchedule.parse(spec.schedule)
     out = Path(spec.output)
     offload = None
@@ -157,18 +358,21 @@ def run(spec: PolicyRun) -> dict[str, Any]:
             prewarm=spec.prewarm,
             idle_timeout_s=600.0,  # the warm pool keeps its sessions for the whole drill
         )
-    hooks = DrillHooks(spec, schedule)
+    hooks = DrillHooks(spec, schedule, pool)
     config = RunConfig(
         query=spec.query,
         generator=GeneratorConfig(seed=spec.seed, events=spec.events, schedule=schedule),
         output=out,
         params=QueryParams(window_size_s=spec.window_size_s, window_slide_s=spec.window_slide_s),
         pace=True,
-        spark=SparkConfig(master=spec.master),
+        spark=_spark_config(spec, pool.master_url if pool is not None else None),
         offload=offload,
     )
     # Warm the JVM, its code generation and the Python workers first: the VMs of a job in its stable
-    # period are warm, and the drill's trace starts in that stable period.
+    # period are warm, and the drill's trace starts in that stable period. On a standalone cluster the
+    # driver and the executor are separate JVMs whose per-epoch paths warm only over many epochs (one
+    # big warm-up epoch left the trace's first epochs at 3-5 s instead of 1.5-2 s), so the warm-up
+    # there runs in WARMUP_EPOCHS small epochs.
     run_query(
         replace(
             config,
@@ -176,6 +380,9 @@ def run(spec: PolicyRun) -> dict[str, Any]:
             pace=False,
             offload=None,
             output=out.parent / f"{out.name}-warmup",
+            max_events_per_batch=(
+                WARMUP_EVENTS // WARMUP_EPOCHS if pool is not None else config.max_events_per_batch
+            ),
         )
     )
     summary = run_query(config, progress=hooks.on_progress, hooks=hooks)
@@ -185,6 +392,7 @@ def run(spec: PolicyRun) -> dict[str, Any]:
         "epochs": [asdict(e) for e in hooks.epochs],
         "samples": hooks.per_second(),
         "published": hooks.published,
+        **hooks.vm_result(),
     }
 
 

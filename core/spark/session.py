@@ -26,6 +26,7 @@ class SparkConfig:
     master: str = "local[2,4]"
     shuffle_partitions: int = 2
     app_name: str = "sponge"
+    conf: tuple[tuple[str, str], ...] = ()  # more Spark settings (name, value), e.g. spark.locality.wait
 
 
 def check_java() -> str:
@@ -57,7 +58,7 @@ def spark_session(config: SparkConfig = SparkConfig()):
     from core.spark.source import register
 
     log_config = Path(__file__).with_name("log4j2.properties")
-    spark = (
+    builder = (
         SparkSession.builder.master(config.master)
         .config("spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile={log_config}")
         .appName(config.app_name)
@@ -69,8 +70,10 @@ def spark_session(config: SparkConfig = SparkConfig()):
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         # Readers outside Spark (pyarrow, DuckDB) see UTC microsecond timestamps, not legacy INT96.
         .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
-        .getOrCreate()
     )
+    for key, value in config.conf:
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     return spark

@@ -1,0 +1,217 @@
+"""The VM side of a drill without Spark: when VMBase/VMInit ask for a VM, how the persistent rule's
+requests reach the pool, how the loop runs a VM action, and how VM time and reaction are reported."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+import psutil
+import pytest
+
+from core.drill import drill, run_policy
+from core.drill.patterns import BurstPattern
+from core.drill.vm_actions import PersistentVms, ScaleOnBurst, overloaded
+from core.errors import ConfigError
+from policy.cost_model import PersistentBurstConfig, Prices, vm_cost_usd
+from policy.loop import PolicyLoop
+from policy.monitor import Observation
+from policy.offload_policy import Decision
+from policy.persistent_burst import PersistentBurstRule
+
+
+def obs(t: float, rate: float = 10_000.0) -> Observation:
+    return Observation(t, 0.9, rate, rate, 0, 1.0, vm_cores=1, cost_ms=0.1)
+
+
+def decision(t: float, share: float, trigger: str = "input-rate", workers: int = 2) -> Decision:
+    return Decision(t, share, workers if share else 0, trigger, 7_000.0, 20_000.0, 0.0, 10_000.0)
+
+
+class FakePool:
+    """Counts like VmPool: base VMs usable from the start, requests pending until `arrive()`."""
+
+    def __init__(self, base: int = 1) -> None:
+        self.base, self.added, self.waiting = base, 0, 0
+        self.calls: list[tuple[str, int, float]] = []
+
+    def request(self, n: int, delay_s: float) -> list[int]:
+        self.calls.append(("request", n, delay_s))
+        self.waiting += n
+        return []
+
+    def release(self, n: int) -> int:
+        self.calls.append(("release", n, 0.0))
+        gone = min(n, self.added)
+        self.added -= gone
+        return gone
+
+    def arrive(self) -> None:
+        self.added, self.waiting = self.added + self.waiting, 0
+
+    def usable(self) -> int:
+        return self.base + self.added
+
+    def pending(self) -> int:
+        return self.waiting
+
+
+def test_vmbase_asks_once_at_the_first_decision_that_would_offload() -> None:
+    pool = FakePool()
+    action = ScaleOnBurst(pool, vms=1, launch_delay_s=25.0)
+    assert not overloaded(None) and not overloaded(decision(1, 0.0, "hold"))
+    assert not overloaded(decision(1, 0.0, "cpu"))  # a signal with nothing to offload is not a burst
+    assert not overloaded(decision(1, 0.3, "hold"))  # still offloading, no signal: the burst was seen
+    action(obs(1), decision(1, 0.0, "hold"))
+    action(obs(2), None)
+    assert pool.calls == []
+    action(obs(3), decision(3, 0.4, "queue-delay"))
+    action(obs(4), decision(4, 0.6, "input-rate"))  # no second VM within a drill
+    assert pool.calls == [("request", 1, 25.0)]
+    (event,) = action.events
+    assert event["t"] == 3 and event["add"] == 1 and "queue-delay" in event["reason"]
+
+
+def rule(**kw: Any) -> PersistentBurstRule:
+    config = PersistentBurstConfig(launch_delay_s=10.0, handover_s=2.0)
+    args = {"per_core_rate": 10_000.0, "rho": 0.4, "cores_per_vm": 1, "base_vms": 1, "max_new_vms": 1, **kw}
+    return PersistentBurstRule(config, run_policy.vm_prices(1), **args)
+
+
+def test_the_persistent_rule_buys_a_vm_for_a_long_burst_and_the_pool_counts_added_vms_only() -> None:
+    pool = FakePool(base=1)
+    action = PersistentVms(rule(), pool, base_vms=1, launch_delay_s=3.0)
+    logged = [action(obs(t, 20_000.0), decision(t, 0.6)) for t in range(0, 200)]
+    # rho 0.4: a Lambda core does less than the VM core it would be replaced by, and costs more
+    assert ("request", 1, 3.0) in pool.calls
+    bought = next(i for i, entry in enumerate(logged) if entry and entry["vm_request"] is not None)
+    assert logged[bought]["vms_usable"] == 0  # the base VM is not the rule's
+    assert logged[bought + 1]["vms_pending"] == 1
+    assert len([c for c in pool.calls if c[0] == "request"]) == 1  # never repeated while pending
+    assert action(obs(300), None) is None
+
+
+def test_the_loop_runs_the_vm_action_each_second_and_keeps_its_failures() -> None:
+    class Monitor:
+        def __init__(self) -> None:
+            self.t = 0.0
+
+        def observe(self) -> Observation:
+            self.t += 1
+            return obs(self.t)
+
+    seen: list[float] = []
+    done = threading.Event()
+
+    def action(o: Observation, d: Decision | None) -> None:
+        seen.append(o.t)
+        if len(seen) == 2:
+            raise RuntimeError("no VM today")
+        if len(seen) >= 4:
+            done.set()
+
+    loop = PolicyLoop(monitor=Monitor(), policy=None, apply=lambda d: None, log=None,
+                      interval_s=0.01, vm_action=action)
+    loop.start()
+    assert done.wait(10)
+    loop.stop()
+    assert seen[:4] == [1.0, 2.0, 3.0, 4.0]  # the failure did not stop the loop
+    assert loop.errors and "no VM today" in loop.errors[0] and "t=2.0s" in loop.errors[0]
+
+
+def vm(index: int, *, base: bool = False, warm: bool = False, requested: float | None = None,
+       usable: float | None = None, released: float | None = None) -> dict[str, Any]:
+    return {"vm": index, "cores": 1, "base": base, "warm": warm, "state": "usable",
+            "executor_ids": [str(index)], "requested_s": requested, "worker_launched_s": None,
+            "worker_registered_s": 20.0, "usable_s": usable, "released_s": released,
+            "request_to_usable_s": None if usable is None or requested is None else usable - requested}
+
+
+def test_a_drill_vm_is_priced_as_its_share_of_the_list_vm() -> None:
+    one = run_policy.vm_prices(1)
+    assert one.vm_cores == 1 and one.vm_usd_per_hour == pytest.approx(Prices().vm_usd_per_hour / 4)
+    assert one.vm_minimum_billed_s == Prices().vm_minimum_billed_s
+
+
+def test_vm_time_is_billed_from_the_request_and_a_preinitialised_vm_for_the_whole_trace() -> None:
+    prices = Prices()
+    base = vm_cost_usd(1 / 4, 90.0, prices=prices)
+    assert drill._vm_cost({}, 1, 90.0, prices) == pytest.approx(base)
+    vmbase = {"vms": [vm(0, base=True, requested=-40), vm(1, requested=30.0, usable=45.0)]}
+    added = vm_cost_usd(1 / 4, 60.0, prices=prices)
+    assert drill._vm_cost(vmbase, 1, 90.0, prices) == pytest.approx(base + added)
+    vminit = {"vms": [vm(0, base=True), vm(1, warm=True, requested=30.0, usable=34.0)]}
+    assert drill._vm_cost(vminit, 1, 90.0, prices) == pytest.approx(2 * base)
+    released = {"vms": [vm(0, base=True), vm(1, requested=10.0, usable=20.0, released=40.0)]}
+    assert drill._vm_cost(released, 1, 90.0, prices) == pytest.approx(
+        base + vm_cost_usd(1 / 4, 30.0, prices=prices)
+    )
+
+
+def test_vm_reaction_and_notes_come_from_the_vm_timeline() -> None:
+    trace = BurstPattern.parse("sudden:2x:30s").trace(10_000.0, 90.0, 30.0)
+    result = {
+        "vms": [vm(0, base=True, requested=-40, usable=-20), vm(1, requested=30.8, usable=44.3)],
+        "vm_actions": [{"t": 30.8, "add": 1, "release": 0, "reason": "overloaded (input-rate)"}],
+        "executors": [{"id": "0", "completed_tasks": 120}, {"id": "1", "completed_tasks": 45}],
+    }
+    assert drill._vm_reaction(result, trace) == pytest.approx(14.3)
+    notes = drill._notes(result)
+    assert "VM requested at 30.8 s" in notes and "executor usable at 44.3 s" in notes
+    assert "120 / 45" in notes
+    never = {"vms": [vm(0, base=True), vm(1, requested=31.0)]}
+    assert drill._vm_reaction(never, trace) is None
+    assert "never became usable" in drill._notes(never)
+
+
+def test_sfbase_is_refused_with_why_and_where_it_is_modelled() -> None:
+    with pytest.raises(ConfigError) as refused:
+        drill.DrillConfig(policies=("vmbase", "sfbase"))
+    assert "key-level state migration" in refused.value.message
+    assert "sponge simulate --compare sfbase" in refused.value.hint
+    with pytest.raises(ConfigError, match="launch delay"):
+        drill.DrillConfig(policies=("vmbase",), vm_launch_delay_s=-1.0)
+    config = drill.DrillConfig(policies=("noscaling", "vmbase", "vminit"), vm_launch_delay_s=3.0)
+    trace = BurstPattern.parse(config.pattern).trace(10_000.0, config.duration_s, config.lead_s)
+    vmbase = drill._spec(config, "vmbase", trace, 1.0)
+    vminit = drill._spec(config, "vminit", trace, 1.0)
+    local = drill._spec(config, "noscaling", trace, 1.0)
+    assert vmbase.standalone and vmbase.controlled and not vmbase.offload and vmbase.vms_on_burst == 1
+    assert vmbase.vm_launch_delay_s == 3.0 and vmbase.warm_vms == 0 and vminit.warm_vms == 1
+    assert not local.standalone and local.master.startswith("local[")
+
+
+def test_pool_cpu_counts_a_joining_executor_from_when_it_joined() -> None:
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\ntime.sleep(30)"
+    child = subprocess.Popen([sys.executable, "-c", burn])
+    try:
+        deadline = time.time() + 20
+        proc = psutil.Process(child.pid)
+        while sum(proc.cpu_times()[:2]) < 0.25 and time.time() < deadline:
+            time.sleep(0.05)
+        roots: list[int] = []
+        cpu = run_policy.PoolCpu(lambda: list(roots))
+        assert cpu.seconds() == 0.0
+        assert sum(proc.cpu_times()[:2]) >= 0.25
+        roots.append(child.pid)  # an executor registers: its start-up CPU is not the query's work
+        assert cpu.seconds() == 0.0
+        assert cpu.seconds() < 0.05  # it only sleeps from now on
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_run_that_adds_vms_needs_the_standalone_cluster() -> None:
+    base = {"policy": "sponge", "query": "q5", "events": 10, "seed": 0, "schedule": "1:10",
+            "output": "out", "master": "local[2,4]", "vm_cpus": [0]}
+    with pytest.raises(ConfigError, match="standalone"):
+        run_policy.PolicyRun(**base, vms_on_burst=1)
+    with pytest.raises(ConfigError, match="standalone"):
+        run_policy.PolicyRun(**base, persistent=True, controlled=True, offload=True)
+    with pytest.raises(ConfigError, match="offloaded load"):
+        run_policy.PolicyRun(**base, persistent=True, standalone=True)
+    ok = run_policy.PolicyRun(**base, persistent=True, standalone=True, controlled=True, offload=True)
+    assert ok.persistent and not ok.warm_vms
