@@ -273,7 +273,12 @@ def drill(
     ] = "sponge,noscaling,over",
     policy: Annotated[str | None, typer.Option(help="Run one policy (instead of --compare).")] = None,
     rate: Annotated[
-        float | None, typer.Option(min=1, help="Stable events/s (default: probed for ~70 % VM CPU).")
+        float | None,
+        typer.Option(
+            min=1,
+            help="Stable events/s, skipping the probes (default: probed so that the VM's epochs spend "
+            "~70 % of their time on records).",
+        ),
     ] = None,
     target: Annotated[
         str, typer.Option(help="Where Lambda workers run: embedded, or localstack|aws after sponge deploy.")

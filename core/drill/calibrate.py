@@ -82,3 +82,47 @@ def offload_cost(plain: EpochCost, routed: EpochCost, share: float) -> float:
         raise SpongeError(f"the offload probe's share must be in (0, 1], got {share}")
     k = (routed.per_event_s / plain.per_event_s - (1.0 - share)) / share
     return float(min(max(k, 0.0), 0.9))
+
+
+PROBE_SCHEDULE = "30:2000-120000"  # a ramp: epochs of every size up to and past the VM's capacity
+PROBE_SHARE = 0.8  # the routed probe offloads this share
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What a drill derives from its probes: the stable rate and the policy's offload cost."""
+
+    rate: float
+    offload_cost: float
+    plain: EpochCost | None = None
+    routed: EpochCost | None = None
+
+    @property
+    def per_core_rate(self) -> float:
+        """Eq. 2's per-core rate at 100 %: the stable rate is the 70 % point."""
+        return self.rate / TARGET_UTILISATION
+
+    def describe(self) -> str:
+        parts = [f"stable rate {self.rate:,.0f}/s"]
+        if self.plain is not None:
+            parts.append(
+                f"epochs {self.plain.fixed_s:.2f} s + {self.plain.per_event_s * 1e6:.1f} us/event "
+                f"(capacity {self.plain.capacity:,.0f}/s)"
+            )
+        parts.append(f"an offloaded event costs the VM {self.offload_cost:.2f} of a kept one")
+        return "; ".join(parts)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "rate": self.rate,
+            "offload_cost": self.offload_cost,
+            "plain": self.plain.to_json() if self.plain else None,
+            "routed": self.routed.to_json() if self.routed else None,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict) -> Calibration:
+        def cost(x: dict | None) -> EpochCost | None:
+            return EpochCost(**x) if x else None
+
+        return cls(float(d["rate"]), float(d["offload_cost"]), cost(d.get("plain")), cost(d.get("routed")))

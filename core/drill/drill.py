@@ -11,9 +11,11 @@ and react to its trigger by asking for a VM instead of offloading: VMBase's boot
 `vm_launch_delay_s` first, VMInit's was initialised before the trace and only starts its executor
 (core/drill/vm_actions.py). Their added VM is billed from the request (VMInit's for the whole trace).
 
-The stable rate is chosen so the VM side runs at ~70 % CPU: a short paced probe measures the CPU at a
-known rate (the CPU grows about linearly with the rate in a stable period) and scales it. The probe's
-result is kept in the report directory and reused for the same query and window.
+The stable rate is chosen so the VM side runs at ~70 % load, measured as the share of each epoch
+spent on records rather than as CPU (core/drill/calibrate.py says why): a paced ramp fits the epoch
+cost T = F + c n, and the stable rate is 0.7 / c. A second ramp offloading a fixed share gives what an
+offloaded event still costs the VM (the policy's offload_cost). Both are kept in the report directory
+and reused for the same query and window.
 """
 
 from __future__ import annotations
@@ -24,12 +26,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from core.drill import latency
+from core.drill.calibrate import PROBE_SCHEDULE, PROBE_SHARE, Calibration, EpochCost, fit, offload_cost
 from core.drill.patterns import BurstPattern, Trace
 from core.drill.run_policy import PolicyRun
 from core.errors import ConfigError, SpongeError
@@ -41,9 +44,6 @@ NOT_LIVE = {  # policies the simulator models but a live drill cannot run, and w
     "sfbase": "SFBase migrates whole stateful tasks with their state to Lambda, which needs key-level "
     "state migration (DESIGN.md 4); that is not built",
 }
-PROBE_RATE = 20_000.0
-PROBE_S = 20.0
-TARGET_CPU = 0.7
 DEFAULT_RHO = {"q1": 7.7, "q5": 19.6}  # bench.offload on this machine (worker / VM bids per core)
 LAMBDA_MEMORY_MB = 1769
 
@@ -95,16 +95,18 @@ def run_drill(config: DrillConfig, status: Callable[[str], None] = print) -> dic
     """Run every policy on the same trace; returns the report dict (see core/drill/report.py)."""
     config.report.mkdir(parents=True, exist_ok=True)
     pattern = BurstPattern.parse(config.pattern)
-    rate = config.stable_rate or probe_stable_rate(config, status)
+    calibration = calibrate(config, status)
+    rate = calibration.rate
     trace = pattern.trace(rate, config.duration_s, config.lead_s)
-    per_core = rate / TARGET_CPU / len(config.vm_cpus)
+    per_core = calibration.per_core_rate / len(config.vm_cpus)
     reference = _reference(config, trace) if config.check_reference else None
     runs = []
     for policy in config.policies:
         status(
             f"{policy}: {trace.events:,} events, {config.duration_s:g} s of {trace.pattern} on {rate:,.0f}/s"
         )
-        result = _run_child(_spec(config, policy, trace, per_core), config.report / policy, status)
+        spec = replace(_spec(config, policy, trace, per_core), offload_cost=calibration.offload_cost)
+        result = _run_child(spec, config.report / policy, status)
         runs.append(_summarise(config, policy, trace, result, reference))
     return {
         "query": config.query,
@@ -120,31 +122,46 @@ def run_drill(config: DrillConfig, status: Callable[[str], None] = print) -> dic
     }
 
 
-def probe_stable_rate(config: DrillConfig, status: Callable[[str], None]) -> float:
-    """The rate at which the VM side runs at ~70 % CPU (cached per query and window)."""
+def calibrate(config: DrillConfig, status: Callable[[str], None]) -> Calibration:
+    """The stable rate (utilisation 0.7) and the offload cost, from probes cached per query and window.
+
+    Two paced ramps (core/drill/calibrate.py): one plain, one offloading a fixed share; each is fitted
+    as T = F + c n over its epochs. The second runs only for a drill with sponge in it. `--rate`
+    overrides the stable rate and, with nothing cached, skips the probes.
+    """
     cache = config.report / f"calibration-{config.query}.json"
     key = {
         "query": config.query,
         "vm_cpus": list(config.vm_cpus),
         "window": [config.window_size_s, config.window_slide_s],
+        "probe": PROBE_SCHEDULE,
     }
-    if cache.exists():
-        saved = json.loads(cache.read_text())
-        if saved.get("key") == key:
-            status(f"stable rate {saved['rate']:,.0f}/s from {cache} (delete it to probe again)")
-            return float(saved["rate"])
-    status(f"probing the VM side's CPU at {PROBE_RATE:,.0f} events/s for {PROBE_S:g} s ...")
-    trace = Trace("probe", PROBE_RATE, PROBE_S, RateSchedule.constant(PROBE_RATE), ())
-    result = _run_child(_spec(config, "probe", trace, 1.0), config.report / "probe", status)
-    cpu = [s["observation"]["cpu"] for s in result["samples"][len(result["samples"]) // 2 :]]
-    cpu = [c for c in cpu if c is not None]
-    if not cpu:
-        raise SpongeError("the CPU probe measured nothing", hint="pass --rate to set the stable rate")
-    mean_cpu = max(sum(cpu) / len(cpu), 0.05)
-    rate = round(PROBE_RATE * TARGET_CPU / mean_cpu, -2)
-    cache.write_text(json.dumps({"key": key, "rate": rate, "probe_cpu": mean_cpu}))
-    status(f"VM CPU {mean_cpu:.0%} at {PROBE_RATE:,.0f}/s: stable rate {rate:,.0f}/s")
-    return rate
+    saved = json.loads(cache.read_text()) if cache.exists() else {}
+    if saved.get("key") == key:
+        found = Calibration.from_json(saved["calibration"])
+        status(f"{found.describe()} (from {cache}; delete it to probe again)")
+    elif config.stable_rate:  # set by hand: no probes (an offloaded event is then taken as free)
+        return Calibration(rate=config.stable_rate, offload_cost=0.0)
+    else:
+        plain = _probe(config, "probe", 0.0, status)
+        found = Calibration(rate=round(plain.stable_rate(), -2), offload_cost=0.0, plain=plain)
+    if found.routed is None and found.plain is not None and "sponge" in config.policies:
+        routed = _probe(config, "probe-offload", PROBE_SHARE, status)
+        found = replace(found, routed=routed, offload_cost=offload_cost(found.plain, routed, PROBE_SHARE))
+        status(found.describe())
+    cache.write_text(json.dumps({"key": key, "calibration": found.to_json()}))
+    return replace(found, rate=config.stable_rate) if config.stable_rate else found
+
+
+def _probe(config: DrillConfig, name: str, share: float, status: Callable[[str], None]) -> EpochCost:
+    what = f"offloading {share:.0%}" if share else "on the VM alone"
+    status(f"probing the VM's epoch cost {what}: a paced ramp {PROBE_SCHEDULE} events/s ...")
+    schedule = RateSchedule.parse(PROBE_SCHEDULE)
+    duration = sum(seg.duration_s for seg in schedule.segments)
+    trace = Trace(name, schedule.segments[0].rate_start, duration, schedule, ())
+    spec = replace(_spec(config, "probe", trace, 1.0), offload=share > 0, share=share)
+    result = _run_child(spec, config.report / name, status)
+    return fit([latency.Epoch(**e) for e in result["epochs"]])
 
 
 def _spec(config: DrillConfig, policy: str, trace: Trace, per_core: float) -> PolicyRun:

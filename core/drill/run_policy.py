@@ -68,6 +68,8 @@ class PolicyRun:
     vm_launch_delay_s: float = 25.0  # a new VM's boot, before its worker starts
     persistent: bool = False  # the persistent-burst rule may buy VMs (policy/persistent_burst.py)
     persistent_handover_s: float = 5.0  # Lambdas kept after the bought VMs are usable (the rule's H)
+    share: float = 0.0  # offloaded share while the policy has not decided (the routed probe's fixed share)
+    offload_cost: float = 0.0  # what an offloaded event still costs the VM, in kept events (calibrated)
 
     def __post_init__(self) -> None:
         if (self.persistent or self.warm_vms or self.vms_on_burst) and not self.standalone:
@@ -179,6 +181,7 @@ class DrillHooks:
                 rho=self.run.rho,
                 deadline_s=self.run.deadline_s,
                 max_workers=self.run.max_workers,
+                offload_cost=self.run.offload_cost,
             )
             rule = self._vm_rule() if self.run.persistent else None
             policy, log = (
@@ -351,7 +354,7 @@ def _run(spec: PolicyRun, pool: Any) -> dict[str, Any]:
     offload = None
     if spec.offload:
         offload = OffloadConfig(
-            share=0.0,
+            share=spec.share,
             target=spec.target,
             workers=spec.max_workers,
             worker_cpus=frozenset(spec.worker_cpus) or None,
