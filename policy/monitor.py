@@ -48,35 +48,40 @@ class ProcessTreeCpu:
 
     Walking the process tree reads every entry of /proc, which costs milliseconds on a busy host, so
     the tree is walked only every `rescan_every` samples (or when a known process has exited) and the
-    samples in between read the CPU times of the processes already known. Spark's Python workers are
-    long-lived, so a worker forked between two walks is missed for at most that many seconds; one that
-    exits takes its CPU time with it, which at one-second sampling is negligible.
+    samples in between read the CPU times of the processes already known. A process is counted from
+    the walk that finds it: its CPU time before that is its own start-up, and adding it at once would
+    put seconds of CPU into one sample. Spark's Python workers are long-lived, so what a worker forked
+    between two walks spends before it is found is small; a process that exits keeps what it was
+    counted for up to its last reading.
     """
 
     def __init__(self, root_pids: Callable[[], Sequence[int]], rescan_every: int = 5) -> None:
         self._root_pids = root_pids
         self._rescan_every = rescan_every
         self._procs: dict[int, psutil.Process] = {}
+        self._base: dict[int, float] = {}  # CPU time of each process when it was found
+        self._last: dict[int, float] = {}  # ... and at its last reading
+        self._gone = 0.0  # what processes that exited were counted for
         self._samples = 0
 
     def seconds(self) -> float:
         if self._samples % self._rescan_every == 0 or not self._procs:
             self._rescan()
         self._samples += 1
-        total, exited = 0.0, False
-        for proc in self._procs.values():
+        total = self._gone
+        for pid, proc in list(self._procs.items()):
             try:
-                t = proc.cpu_times()
+                t = _cpu(proc)
             except psutil.Error:
-                exited = True
+                self._forget(pid)
+                self._samples = 0  # walk the tree again at the next sample
                 continue
-            total += t.user + t.system
-        if exited:
-            self._samples = 0  # walk the tree again at the next sample
+            self._last[pid] = t
+            total += t - self._base[pid]
         return total
 
     def _rescan(self) -> None:
-        procs: dict[int, psutil.Process] = {}
+        found: dict[int, psutil.Process] = {}
         for pid in self._root_pids():
             try:
                 root = self._procs.get(pid) or psutil.Process(pid)
@@ -84,8 +89,25 @@ class ProcessTreeCpu:
             except psutil.Error:
                 continue
             for p in tree:
-                procs.setdefault(p.pid, self._procs.get(p.pid, p))
-        self._procs = procs
+                found.setdefault(p.pid, self._procs.get(p.pid, p))
+        for pid in [pid for pid in self._procs if pid not in found]:
+            self._forget(pid)
+        for pid, proc in found.items():
+            if pid not in self._procs:
+                try:
+                    self._base[pid] = self._last[pid] = _cpu(proc)
+                except psutil.Error:
+                    continue
+                self._procs[pid] = proc
+
+    def _forget(self, pid: int) -> None:
+        self._gone += self._last.pop(pid, 0.0) - self._base.pop(pid, 0.0)
+        self._procs.pop(pid, None)
+
+
+def _cpu(proc: psutil.Process) -> float:
+    t = proc.cpu_times()
+    return t.user + t.system
 
 
 class Monitor:

@@ -9,7 +9,10 @@ import time
 
 from policy.monitor import Monitor, ProcessTreeCpu
 
-BURN = "import time\nt = time.process_time()\nwhile time.process_time() - t < {s}: pass\ntime.sleep(30)"
+BURN = (
+    "import time\ntime.sleep(1)\nt = time.process_time()\n"
+    "while time.process_time() - t < {s}: pass\ntime.sleep(30)"
+)
 
 
 def test_the_cpu_of_descendants_is_counted_and_walking_the_tree_is_rare() -> None:
@@ -24,7 +27,7 @@ def test_the_cpu_of_descendants_is_counted_and_walking_the_tree_is_rare() -> Non
     try:
         cpu = ProcessTreeCpu(roots, rescan_every=10)
         deadline = time.time() + 20
-        while cpu.seconds() < 0.35 and time.time() < deadline:  # the grandchild burns 0.4 s
+        while cpu.seconds() < 0.35 and time.time() < deadline:  # found asleep, it then burns 0.4 s
             time.sleep(0.1)
             cpu._samples = 0  # walk again: the grandchild may not exist yet
         assert cpu.seconds() >= 0.35
@@ -55,3 +58,13 @@ def test_an_observation_turns_counters_into_rates() -> None:
     third = monitor.observe()
     assert third.backlog == 7_000 and third.queue_delay_s == 7_000 / 12_000
     assert third.cost_ms < 50
+
+
+def test_a_process_counts_from_when_it_is_found_not_with_its_history() -> None:
+    busy = subprocess.Popen([sys.executable, "-c", BURN.format(s=0.0).replace("time.sleep(1)", "") + "\n"])
+    try:
+        time.sleep(0.5)  # it has spent its start-up CPU
+        cpu = ProcessTreeCpu(lambda: [busy.pid])
+        assert cpu.seconds() == 0.0  # found now: nothing counted yet
+    finally:
+        busy.kill()
