@@ -32,6 +32,14 @@ class Observation:
     epoch_s: float | None  # duration of the last finished epoch
     vm_cores: int
     cost_ms: float  # what taking this observation cost
+    utilisation: float | None = None  # share of the last epoch spent on records, 1 - F / T (see `load`)
+
+    @property
+    def load(self) -> float | None:
+        """The VM's load as the policy reads it: the epoch utilisation when the fixed epoch cost F is
+        known, else the CPU. A micro-batch engine with back-to-back triggers spends F per epoch whatever
+        the rate, so its CPU reads busy at a fraction of its capacity (core/drill/calibrate.py)."""
+        return self.utilisation if self.utilisation is not None else self.cpu
 
     @property
     def queue_delay_s(self) -> float:
@@ -127,6 +135,7 @@ class Monitor:
         last_epoch_s: Callable[[], float | None],
         origin: float,
         clock: Callable[[], float] = time.time,
+        epoch_fixed_s: float | None = None,
     ) -> None:
         self._cpu = cpu
         self._vm_cores = vm_cores
@@ -135,6 +144,7 @@ class Monitor:
         self._last_epoch_s = last_epoch_s
         self._origin = origin
         self._clock = clock
+        self._epoch_fixed_s = epoch_fixed_s  # F of the calibration: turns epoch durations into a load
         self._last: tuple[float, float, int, int] | None = None  # time, cpu seconds, released, committed
 
     def observe(self) -> Observation:
@@ -152,13 +162,18 @@ class Monitor:
             input_rate = (released - rel0) / dt
             processed_rate = (committed - com0) / dt
         self._last = (now, cpu_s, released, committed)
+        epoch_s = self._last_epoch_s()
+        utilisation = None
+        if self._epoch_fixed_s is not None and epoch_s:
+            utilisation = min(max(1.0 - self._epoch_fixed_s / epoch_s, 0.0), 1.0)
         return Observation(
             t=now - self._origin,
             cpu=cpu,
             input_rate=input_rate,
             processed_rate=processed_rate,
             backlog=max(released - committed, 0),
-            epoch_s=self._last_epoch_s(),
+            epoch_s=epoch_s,
             vm_cores=cores,
             cost_ms=(time.perf_counter() - started) * 1000.0,
+            utilisation=utilisation,
         )

@@ -3,7 +3,8 @@
 Why this shape: `decide` is a pure function of the observations it has seen, so the live loop, the
 offline replay of a decision log and the paper-scale simulator all run this same code.
 
-The rule, per observation:
+The rule, per observation ("CPU" below is the observation's `load`: the CPU, or on a micro-batch
+engine the share of each epoch spent on records, which is what its CPU fails to say):
 * learn the VMs' stable per-core rate (Eq. 2) while nothing is offloaded and the CPU sits in the
   60-80 % band, starting from the rate profiled at start-up;
 * trigger when the CPU leaves the band upwards, the input outruns what the VMs carry at the 70 %
@@ -106,7 +107,8 @@ class SpongePolicy:
         capacity = cfg.cpu_target * self._per_core * obs.vm_cores
         in_flight = obs.epoch_s or 0.0  # a micro-batch's own records always wait about one epoch
         band_top = capacity * cfg.cpu_high / cfg.cpu_target  # a load inside the band is not a burst
-        cpu_high = obs.cpu is not None and obs.cpu > cfg.cpu_high
+        load = obs.load
+        cpu_high = load is not None and load > cfg.cpu_high
         fired = (
             HOLD  # no epoch has finished yet: rates and backlog say nothing about capacity
             if obs.epoch_s is None
@@ -166,11 +168,12 @@ class SpongePolicy:
     def _learn(self, obs: Observation) -> None:
         """Eq. 2 from stable periods: nothing offloaded, CPU in band, input served without a queue."""
         cfg = self.config
-        if self.share > 0 or obs.cpu is None or not cfg.cpu_low <= obs.cpu <= cfg.cpu_high:
+        load = obs.load
+        if self.share > 0 or load is None or not cfg.cpu_low <= load <= cfg.cpu_high:
             return
         if obs.input_rate <= 0 or obs.queue_delay_s > 1.0:
             return
-        sample = per_core_rate(obs.input_rate / max(obs.vm_cores, 1), obs.cpu * 100)
+        sample = per_core_rate(obs.input_rate / max(obs.vm_cores, 1), load * 100)
         self._per_core += cfg.learn_rate * (sample - self._per_core)
 
     def _excess(self, capacity: float) -> float:

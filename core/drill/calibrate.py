@@ -51,7 +51,7 @@ class EpochCost:
 
 
 def fit(epochs: Sequence[Epoch], skip: int = SKIP_EPOCHS) -> EpochCost:
-    """Least-squares T = F + c n over the probe's epochs that read events (after the first `skip`)."""
+    """T = F + c n over the probe's epochs that read events (after the first `skip`), fitted robustly."""
     ordered = sorted(epochs, key=lambda e: e.started_t)
     rows = [(e.covered - e.start, e.commit_t - e.started_t) for e in ordered]
     rows = [(n, t) for n, t in rows[skip:] if n > 0 and t > 0]
@@ -62,7 +62,13 @@ def fit(epochs: Sequence[Epoch], skip: int = SKIP_EPOCHS) -> EpochCost:
             hint="run the drill with --rate to set the stable rate by hand",
         )
     n, t = np.array(rows, dtype=np.float64).T
-    per_event, fixed = np.polyfit(n, t, 1)
+    # Theil-Sen: the median of the pairwise slopes, then the median intercept. A least-squares line
+    # follows the few huge epochs of an overloaded stretch and one slow epoch (a GC, a neighbour) and
+    # can put F at zero, which would read every epoch as fully utilised.
+    i, j = np.triu_indices(len(n), k=1)
+    distinct = n[i] != n[j]
+    per_event = float(np.median((t[j] - t[i])[distinct] / (n[j] - n[i])[distinct]))
+    fixed = float(np.median(t - per_event * n))
     if per_event <= 0:
         raise SpongeError(
             "the probe's epochs did not grow with their size (is the machine overloaded?)",
@@ -101,6 +107,11 @@ class Calibration:
     def per_core_rate(self) -> float:
         """Eq. 2's per-core rate at 100 %: the stable rate is the 70 % point."""
         return self.rate / TARGET_UTILISATION
+
+    def fixed_s(self, routed: bool = False) -> float | None:
+        """The fixed epoch cost F of the plan a run executes (the routed plan reads two streams)."""
+        cost = self.routed if routed and self.routed is not None else self.plain
+        return cost.fixed_s if cost is not None else None
 
     def describe(self) -> str:
         parts = [f"stable rate {self.rate:,.0f}/s"]

@@ -105,7 +105,11 @@ def run_drill(config: DrillConfig, status: Callable[[str], None] = print) -> dic
         status(
             f"{policy}: {trace.events:,} events, {config.duration_s:g} s of {trace.pattern} on {rate:,.0f}/s"
         )
-        spec = replace(_spec(config, policy, trace, per_core), offload_cost=calibration.offload_cost)
+        spec = replace(
+            _spec(config, policy, trace, per_core),
+            offload_cost=calibration.offload_cost,
+            epoch_fixed_s=calibration.fixed_s(routed=policy == "sponge"),
+        )
         result = _run_child(spec, config.report / policy, status)
         runs.append(_summarise(config, policy, trace, result, reference))
     return {

@@ -70,6 +70,7 @@ class PolicyRun:
     persistent_handover_s: float = 5.0  # Lambdas kept after the bought VMs are usable (the rule's H)
     share: float = 0.0  # offloaded share while the policy has not decided (the routed probe's fixed share)
     offload_cost: float = 0.0  # what an offloaded event still costs the VM, in kept events (calibrated)
+    epoch_fixed_s: float | None = None  # the calibrated fixed epoch cost: the monitor's utilisation
 
     def __post_init__(self) -> None:
         if (self.persistent or self.warm_vms or self.vms_on_burst) and not self.standalone:
@@ -173,6 +174,7 @@ class DrillHooks:
                 (self.epochs[-1].commit_t - self.epochs[-1].started_t) if self.epochs else None
             ),
             origin=origin,
+            epoch_fixed_s=self.run.epoch_fixed_s,
         )
         policy = log = None
         if self.run.controlled:

@@ -68,3 +68,21 @@ def test_a_process_counts_from_when_it_is_found_not_with_its_history() -> None:
         assert cpu.seconds() == 0.0  # found now: nothing counted yet
     finally:
         busy.kill()
+
+
+def test_the_epoch_utilisation_is_what_the_fixed_cost_leaves_of_an_epoch() -> None:
+    """F = 0.3 s: a 1.2 s epoch spent 75 % of its time on records; a 0.2 s one (shorter than F, noise)
+    reads 0."""
+    epochs = iter([1.2, 0.2])
+    monitor = Monitor(
+        cpu=ProcessTreeCpu(lambda: [os.getpid()]),
+        vm_cores=lambda: 1,
+        released=lambda: 0,
+        committed=lambda: 0,
+        last_epoch_s=lambda: next(epochs),
+        origin=0.0,
+        epoch_fixed_s=0.3,
+    )
+    assert monitor.observe().utilisation == 0.75
+    obs = monitor.observe()
+    assert obs.utilisation == 0.0 and obs.load == 0.0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -131,3 +132,12 @@ def test_the_share_covers_what_offloaded_records_still_cost_the_vms() -> None:
     assert policy.decide(obs(1, 14_000, cpu=0.95)).share == pytest.approx(0.625)
     with pytest.raises(ConfigError, match="offload_cost"):
         PolicyConfig(per_core_rate=10_000, rho=2.0, offload_cost=1.0)
+
+
+def test_the_epoch_utilisation_overrides_a_cpu_that_reads_busy_at_any_rate() -> None:
+    """Micro-batches back to back read 95 % CPU at the stable rate; the epochs say 60 % of their time
+    goes to records, so input noise just above the 70 % point fires nothing (it did with the CPU)."""
+    policy = SpongePolicy(CONFIG)
+    busy = Observation(1, 0.95, 7_500, 7_500, 0, 1.0, vm_cores=1, cost_ms=0.1)
+    assert SpongePolicy(CONFIG).decide(busy).trigger != HOLD
+    assert policy.decide(replace(busy, utilisation=0.6)).trigger == HOLD
