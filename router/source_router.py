@@ -67,6 +67,7 @@ class RouteOptions:
     fail_share: float = 0.0
     fault_dir: str = ""
     request_timeout_s: float = 600.0
+    offload_cost: float = 0.25
 
     @classmethod
     def parse(cls, opts: Mapping[str, str]) -> RouteOptions | None:
@@ -88,12 +89,24 @@ class RouteOptions:
             parallelism=int(opts.get("parallelism", "4")),
             fail_share=float(opts.get("fail_share", "0")),
             fault_dir=opts.get("fault_dir", ""),
+            offload_cost=float(opts.get("offload_cost", "0.25")),
         )
         if route == OFFLOAD and not (parsed.program and parsed.agent and parsed.secret_file):
             raise ConfigError("the offload route needs the program, agent and secret_file options")
         if parsed.chunk_rows <= 0 or parsed.parallelism <= 0:
             raise ConfigError("chunk_rows and parallelism must be positive")
+        if not 0 <= parsed.offload_cost <= 1:
+            raise ConfigError(f"offload_cost must be within 0..1, got {parsed.offload_cost}")
         return parsed
+
+    def batch_scale(self, share: float) -> float:
+        """How many more offsets an epoch may cover while `share` of them is offloaded (ADR 0008).
+
+        The source's batch cap bounds the VM's work per epoch; an offloaded event costs the VM only
+        `offload_cost` of a kept one (it is generated and routed here, its partials merged), so the same
+        work covers 1 / ((1 - share) + share x offload_cost) times the offsets.
+        """
+        return 1.0 / max((1.0 - share) + share * self.offload_cost, 0.05)
 
     def spec(self) -> ProgramSpec:
         from lambda_worker.program import ProgramSpec

@@ -38,13 +38,14 @@ class EpochCost:
     per_event_s: float
     epochs: int
 
-    @property
-    def capacity(self) -> float:
-        """Events/s at which the VM spends every epoch on records (U = 1)."""
-        return 1.0 / self.per_event_s
+    def capacity(self, batch_cap: int) -> float:
+        """Events/s the VM sustains: every epoch spent on records (U = 1), or full epochs of the
+        source's `batch_cap` offsets back to back, whichever is lower. When the fixed cost dominates
+        (Q5 here: ~1.5 s per epoch, well under a microsecond per event) the cap is the limit."""
+        return min(1.0 / self.per_event_s, batch_cap / (self.fixed_s + self.per_event_s * batch_cap))
 
-    def stable_rate(self, utilisation: float = TARGET_UTILISATION) -> float:
-        return utilisation * self.capacity
+    def stable_rate(self, batch_cap: int, utilisation: float = TARGET_UTILISATION) -> float:
+        return utilisation * self.capacity(batch_cap)
 
     def to_json(self) -> dict[str, float]:
         return {"fixed_s": self.fixed_s, "per_event_s": self.per_event_s, "epochs": self.epochs}
@@ -81,13 +82,13 @@ def offload_cost(plain: EpochCost, routed: EpochCost, share: float) -> float:
     """What an offloaded event still costs the VM, in kept events, from a probe offloading `share`.
 
     Per event the routed probe costs (1 - share) c + share k c, so k = (c_routed / c - (1 - share)) /
-    share; clipped to [0, 0.9] because a noisy probe must not make the policy think offloading is
+    share; clipped to [0.1, 0.9] because a noisy probe must not make the policy think offloading is
     free or useless.
     """
     if not 0 < share <= 1:
         raise SpongeError(f"the offload probe's share must be in (0, 1], got {share}")
     k = (routed.per_event_s / plain.per_event_s - (1.0 - share)) / share
-    return float(min(max(k, 0.0), 0.9))
+    return float(min(max(k, 0.1), 0.9))
 
 
 PROBE_SCHEDULE = "30:2000-120000"  # a ramp: epochs of every size up to and past the VM's capacity
@@ -116,10 +117,7 @@ class Calibration:
     def describe(self) -> str:
         parts = [f"stable rate {self.rate:,.0f}/s"]
         if self.plain is not None:
-            parts.append(
-                f"epochs {self.plain.fixed_s:.2f} s + {self.plain.per_event_s * 1e6:.1f} us/event "
-                f"(capacity {self.plain.capacity:,.0f}/s)"
-            )
+            parts.append(f"epochs {self.plain.fixed_s:.2f} s + {self.plain.per_event_s * 1e6:.2f} us/event")
         parts.append(f"an offloaded event costs the VM {self.offload_cost:.2f} of a kept one")
         return "; ".join(parts)
 

@@ -46,6 +46,8 @@ NOT_LIVE = {  # policies the simulator models but a live drill cannot run, and w
 }
 DEFAULT_RHO = {"q1": 7.7, "q5": 19.6}  # bench.offload on this machine (worker / VM bids per core)
 LAMBDA_MEMORY_MB = 1769
+DEFAULT_OFFLOAD_COST = 0.25  # an offloaded event's VM work in kept events, when not probed
+BATCH_CAP = 200_000  # the source's max events per epoch (RunConfig's default), which bounds a VM's rate
 
 
 @dataclass(frozen=True)
@@ -144,11 +146,11 @@ def calibrate(config: DrillConfig, status: Callable[[str], None]) -> Calibration
     if saved.get("key") == key:
         found = Calibration.from_json(saved["calibration"])
         status(f"{found.describe()} (from {cache}; delete it to probe again)")
-    elif config.stable_rate:  # set by hand: no probes (an offloaded event is then taken as free)
-        return Calibration(rate=config.stable_rate, offload_cost=0.0)
+    elif config.stable_rate:  # set by hand: no probes, the default offload cost
+        return Calibration(rate=config.stable_rate, offload_cost=DEFAULT_OFFLOAD_COST)
     else:
         plain = _probe(config, "probe", 0.0, status)
-        found = Calibration(rate=round(plain.stable_rate(), -2), offload_cost=0.0, plain=plain)
+        found = Calibration(rate=round(plain.stable_rate(BATCH_CAP), -2), offload_cost=0.0, plain=plain)
     if found.routed is None and found.plain is not None and "sponge" in config.policies:
         routed = _probe(config, "probe-offload", PROBE_SHARE, status)
         found = replace(found, routed=routed, offload_cost=offload_cost(found.plain, routed, PROBE_SHARE))

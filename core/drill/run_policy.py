@@ -69,7 +69,7 @@ class PolicyRun:
     persistent: bool = False  # the persistent-burst rule may buy VMs (policy/persistent_burst.py)
     persistent_handover_s: float = 5.0  # Lambdas kept after the bought VMs are usable (the rule's H)
     share: float = 0.0  # offloaded share while the policy has not decided (the routed probe's fixed share)
-    offload_cost: float = 0.0  # what an offloaded event still costs the VM, in kept events (calibrated)
+    offload_cost: float = 0.25  # what an offloaded event still costs the VM, in kept events (calibrated)
     epoch_fixed_s: float | None = None  # the calibrated fixed epoch cost: the monitor's utilisation
 
     def __post_init__(self) -> None:
@@ -357,6 +357,7 @@ def _run(spec: PolicyRun, pool: Any) -> dict[str, Any]:
     if spec.offload:
         offload = OffloadConfig(
             share=spec.share,
+            offload_cost=spec.offload_cost,
             target=spec.target,
             workers=spec.max_workers,
             worker_cpus=frozenset(spec.worker_cpus) or None,

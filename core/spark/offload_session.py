@@ -42,6 +42,7 @@ class OffloadConfig:
     worker_cpus: frozenset[int] | None = None  # pin the agent and workers (drills: the "Lambda" cores)
     prewarm: int = 0  # warm pool (section 4.4): environments warmed at start-up
     idle_timeout_s: float = 10.0  # keep an idle worker's session this long (a warm pool keeps it longer)
+    offload_cost: float = 0.25  # VM work of an offloaded event in kept events: sizes the routed epochs
     # How the agent invokes a deployed function: "Event" (Lambda queues what it cannot run yet) or
     # "RequestResponse" (held for the session; a reached concurrency limit is an immediate 429).
     invocation_type: str = "Event"
@@ -195,6 +196,7 @@ class OffloadSession:
             "offload_dir": str(self.dir),
             "fail_share": repr(max((f["share"] for f in fail), default=0.0)),
             "fault_dir": str(self.fault_dir),
+            "offload_cost": repr(self.config.offload_cost),
         }
 
     def local_routes(self, chains: tuple[OffloadChain, ...]) -> dict[str, dict[str, str]]:

@@ -197,7 +197,7 @@ class NexmarkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         first = int(start["event"])
         end = min(
             self.options.end_offset,
-            first + self.options.max_events_per_batch,
+            first + self._batch_cap(),
             max(self.released(), self._latest),
         )
         if self._target is not None:
@@ -207,6 +207,16 @@ class NexmarkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         end = max(end, first)
         self._latest = max(self._latest, end)
         return {"event": end}
+
+    def _batch_cap(self) -> int:
+        """The most offsets one epoch covers: max_events_per_batch, more while a share is offloaded."""
+        cap = self.options.max_events_per_batch
+        route = self.options.route
+        if route is None:
+            return cap
+        from router.routing_log import read_current_plan
+
+        return int(cap * route.batch_scale(read_current_plan(route.offload_dir).share))
 
     def reportLatestOffset(self) -> dict:
         return {"event": max(self.released(), self._latest)}
