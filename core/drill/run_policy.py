@@ -27,7 +27,7 @@ from core.drill.latency import Epoch
 from core.errors import ConfigError
 from policy.cost_model import Prices
 
-WARMUP_EVENTS = 60_000
+WARMUP_EVENTS = 30_000
 WARMUP_EPOCHS = 12  # standalone runs: see _run
 EXECUTOR_START_S = 8.0  # a new worker's registration plus its executor's start here (ADR 0007)
 # One task slot per CPU, and a stateful stage has as many tasks as shuffle partitions (2, as in the
