@@ -9,6 +9,7 @@ counts of an agent that was killed are kept up to its last sample.
 
 from __future__ import annotations
 
+import atexit
 import os
 import secrets
 import signal
@@ -159,6 +160,7 @@ class AgentProcess:
 
     def start(self) -> str:
         self._spawn()
+        atexit.register(self._kill_at_exit)
         self._sampler = threading.Thread(target=self._sample_loop, name="agent-sampler", daemon=True)
         self._sampler.start()
         return self.address
@@ -235,6 +237,13 @@ class AgentProcess:
             proc.wait()
         self._spawn()
         self.restarts += 1
+
+    def _kill_at_exit(self) -> None:
+        """An interpreter that exits without stop() (a SIGTERM while the query starts) must not leave
+        its agent and workers behind: they form the agent's process group."""
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
 
     def stop(self) -> dict[str, int]:
         """Stop gracefully; returns the counters summed over every incarnation."""

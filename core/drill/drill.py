@@ -217,9 +217,14 @@ def _run_child(spec: PolicyRun, directory: Path, status: Callable[[str], None]) 
             stdout=log,
             stderr=subprocess.STDOUT,
         )
-        while proc.poll() is None:
-            time.sleep(1.0)
-            status(f"{spec.policy}: {time.time() - started:.0f} s")
+        try:
+            while proc.poll() is None:
+                time.sleep(1.0)
+                status(f"{spec.policy}: {time.time() - started:.0f} s")
+        except BaseException:  # interrupted: the child stops its agent and VMs on SIGTERM
+            proc.terminate()
+            proc.wait(timeout=30)
+            raise
     if proc.returncode != 0 or not result_path.exists():
         tail = "".join(log_path.read_text().splitlines(keepends=True)[-5:])
         raise SpongeError(

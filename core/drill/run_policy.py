@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -403,6 +404,9 @@ def _run(spec: PolicyRun, pool: Any) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
+    # A terminated run unwinds like an interrupted one, so the agent, its workers and the VMs it
+    # started are stopped by the runner's own clean-up instead of outliving it.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     spec = PolicyRun(**json.loads(Path(argv[0]).read_text()))
     result = run(spec)
     Path(argv[1]).write_text(json.dumps(result))
