@@ -7,9 +7,20 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test test-fast drill lint bench clean java localstack-setup localstack localstack-stop
+.PHONY: setup test test-fast drill lint bench clean java node localstack-setup localstack localstack-stop
 
-setup: $(STAMP) localstack-setup
+setup: $(STAMP) localstack-setup node
+
+# The CDK app synthesises through jsii, which runs on node (tests/infra/test_cdk_matches_template.py).
+node:
+	@if ! command -v node >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "setup: installing node (the CDK app needs it) with apt-get ..."; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs >/dev/null; \
+	  else \
+	    echo "setup: warning: node is missing, so the CDK comparison test is skipped (install nodejs 18+)" >&2; \
+	  fi; \
+	fi
 
 java:
 	@if ! command -v java >/dev/null 2>&1 || ! java -version 2>&1 | grep -qE 'version "(1[7-9]|[2-9][0-9])'; then \
