@@ -38,6 +38,8 @@ import pyarrow.compute as pc
 
 from core.errors import ConfigError
 
+DEFAULT_OFFLOAD_COST = 0.25  # VM work of an offloaded record, in kept records, when not measured (ADR 0008)
+
 KEY_GROUPS = 128
 """Number of key groups: the unit in which keyed state can be offloaded (and, later, migrated)."""
 

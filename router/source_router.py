@@ -31,7 +31,7 @@ import pyarrow as pa
 
 from core.errors import ConfigError
 from core.nexmark.schema import END_OF_STREAM_TIME_US, ENTITIES, TIMESTAMP, schema_for
-from core.offload_plan import record_units
+from core.offload_plan import DEFAULT_OFFLOAD_COST, record_units
 
 if TYPE_CHECKING:
     from core.nexmark.generator import GeneratorConfig
@@ -67,7 +67,7 @@ class RouteOptions:
     fail_share: float = 0.0
     fault_dir: str = ""
     request_timeout_s: float = 600.0
-    offload_cost: float = 0.25
+    offload_cost: float = DEFAULT_OFFLOAD_COST
 
     @classmethod
     def parse(cls, opts: Mapping[str, str]) -> RouteOptions | None:
@@ -89,7 +89,7 @@ class RouteOptions:
             parallelism=int(opts.get("parallelism", "4")),
             fail_share=float(opts.get("fail_share", "0")),
             fault_dir=opts.get("fault_dir", ""),
-            offload_cost=float(opts.get("offload_cost", "0.25")),
+            offload_cost=float(opts.get("offload_cost", DEFAULT_OFFLOAD_COST)),
         )
         if route == OFFLOAD and not (parsed.program and parsed.agent and parsed.secret_file):
             raise ConfigError("the offload route needs the program, agent and secret_file options")

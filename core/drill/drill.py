@@ -37,6 +37,7 @@ from core.drill.patterns import BurstPattern, Trace
 from core.drill.run_policy import PolicyRun
 from core.errors import ConfigError, SpongeError
 from core.nexmark.schedule import RateSchedule
+from core.offload_plan import DEFAULT_OFFLOAD_COST
 
 POLICIES = ("sponge", "noscaling", "vmbase", "vminit", "over")
 VM_SCALING = ("vmbase", "vminit")  # add a VM when the policy detects the burst
@@ -46,7 +47,6 @@ NOT_LIVE = {  # policies the simulator models but a live drill cannot run, and w
 }
 DEFAULT_RHO = {"q1": 7.7, "q5": 19.6}  # bench.offload on this machine (worker / VM bids per core)
 LAMBDA_MEMORY_MB = 1769
-DEFAULT_OFFLOAD_COST = 0.25  # an offloaded event's VM work in kept events, when not probed
 BATCH_CAP = 200_000  # the source's max events per epoch (RunConfig's default), which bounds a VM's rate
 
 

@@ -26,6 +26,7 @@ from typing import Any
 
 from core.drill.latency import Epoch
 from core.errors import ConfigError
+from core.offload_plan import DEFAULT_OFFLOAD_COST
 from policy.cost_model import Prices
 
 WARMUP_EVENTS = 30_000
@@ -70,7 +71,7 @@ class PolicyRun:
     persistent: bool = False  # the persistent-burst rule may buy VMs (policy/persistent_burst.py)
     persistent_handover_s: float = 5.0  # Lambdas kept after the bought VMs are usable (the rule's H)
     share: float = 0.0  # offloaded share while the policy has not decided (the routed probe's fixed share)
-    offload_cost: float = 0.25  # what an offloaded event still costs the VM, in kept events (calibrated)
+    offload_cost: float = DEFAULT_OFFLOAD_COST  # an offloaded event's VM work in kept events (calibrated)
     epoch_fixed_s: float | None = None  # the calibrated fixed epoch cost: the monitor's utilisation
 
     def __post_init__(self) -> None:
@@ -82,41 +83,6 @@ class PolicyRun:
         if self.persistent and not (self.controlled and self.offload):
             raise ConfigError("the persistent-burst rule hands Sponge's offloaded load to VMs",
                               hint="run it with the sponge policy (controlled, offload)")
-
-
-class PoolCpu:
-    """CPU seconds of the VM pool's processes: the driver JVM, the executors and their Python workers.
-
-    Two differences from ProcessTreeCpu's defaults, both about when CPU time is counted:
-    * the tree is walked at every sample (a walk costs about 1 ms here): ProcessTreeCpu counts a
-      process's whole CPU time at the walk that finds it, and standalone executors fork Python workers
-      as tasks arrive, so walking every 5th sample put seconds of CPU into one sample (readings of 1.0
-      at a stable load, which fired the policy's CPU trigger);
-    * an executor that joins is counted from the sample that first sees it: its JVM start-up, seconds
-      of CPU on its own core before it registered, is the VM's boot, not the query's work.
-    """
-
-    def __init__(self, roots: Callable[[], list[int]]) -> None:
-        self._roots = roots
-        self._key: tuple[int, ...] | None = None
-        self._tree: Any = None
-        self._raw = 0.0  # the current tree's reading at the last sample
-        self._total = 0.0
-
-    def seconds(self) -> float:
-        from policy.monitor import ProcessTreeCpu
-
-        key = tuple(self._roots())
-        if self._tree is not None and key == self._key:
-            raw = self._tree.seconds()
-            self._total += max(raw - self._raw, 0.0)  # a process that exits takes its time with it
-            self._raw = raw
-            return self._total
-        if self._tree is not None:  # the last interval of the processes known so far
-            self._total += max(self._tree.seconds() - self._raw, 0.0)
-        self._key, self._tree = key, ProcessTreeCpu(lambda: list(key), rescan_every=1)
-        self._raw = self._tree.seconds()
-        return self._total
 
 
 class DrillHooks:
@@ -165,7 +131,8 @@ class DrillHooks:
         cpu: Any = ProcessTreeCpu(lambda: [jvm])
         vm_cores: Callable[[], int] = lambda: len(os.sched_getaffinity(jvm))  # noqa: E731
         if self.pool is not None:
-            cpu, vm_cores = PoolCpu(self.pool.cpu_roots), self.pool.cores
+            # Executors join and fork Python workers as tasks arrive: walk the tree at every sample.
+            cpu, vm_cores = ProcessTreeCpu(self.pool.cpu_roots, rescan_every=1), self.pool.cores
         monitor = Monitor(
             cpu=cpu,
             vm_cores=vm_cores,

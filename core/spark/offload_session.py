@@ -19,7 +19,7 @@ from core.errors import ConfigError
 from core.fault_spec import AGENT_KINDS, AGENT_RESTART, QUERY_RESTART, TASK_FAILURE, FaultSpec, of_kind
 from core.nexmark.params import QueryParams
 from core.offload_chains import PARTIAL, OffloadChain
-from core.offload_plan import OffloadPlan
+from core.offload_plan import DEFAULT_OFFLOAD_COST, OffloadPlan
 
 TARGETS = ("embedded", "localstack", "aws")  # localstack and aws: a stack deployed by `sponge deploy`
 OFFLOAD_DIR = "_offload"
@@ -42,7 +42,7 @@ class OffloadConfig:
     worker_cpus: frozenset[int] | None = None  # pin the agent and workers (drills: the "Lambda" cores)
     prewarm: int = 0  # warm pool (section 4.4): environments warmed at start-up
     idle_timeout_s: float = 10.0  # keep an idle worker's session this long (a warm pool keeps it longer)
-    offload_cost: float = 0.25  # VM work of an offloaded event in kept events: sizes the routed epochs
+    offload_cost: float = DEFAULT_OFFLOAD_COST  # sizes the routed epochs (ADR 0008)
     # How the agent invokes a deployed function: "Event" (Lambda queues what it cannot run yet) or
     # "RequestResponse" (held for the session; a reached concurrency limit is an immediate 429).
     invocation_type: str = "Event"

@@ -18,7 +18,7 @@ from core.drill.vm_actions import PersistentVms, ScaleOnBurst, overloaded
 from core.errors import ConfigError
 from policy.cost_model import PersistentBurstConfig, Prices, vm_cost_usd
 from policy.loop import PolicyLoop
-from policy.monitor import Observation
+from policy.monitor import Observation, ProcessTreeCpu
 from policy.offload_policy import Decision
 from policy.persistent_burst import PersistentBurstRule
 
@@ -184,7 +184,7 @@ def test_sfbase_is_refused_with_why_and_where_it_is_modelled() -> None:
     assert not local.standalone and local.master.startswith("local[")
 
 
-def test_pool_cpu_counts_a_joining_executor_from_when_it_joined() -> None:
+def test_the_pool_cpu_counts_a_joining_executor_from_when_it_joined() -> None:
     burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\ntime.sleep(30)"
     child = subprocess.Popen([sys.executable, "-c", burn])
     try:
@@ -193,7 +193,7 @@ def test_pool_cpu_counts_a_joining_executor_from_when_it_joined() -> None:
         while sum(proc.cpu_times()[:2]) < 0.25 and time.time() < deadline:
             time.sleep(0.05)
         roots: list[int] = []
-        cpu = run_policy.PoolCpu(lambda: list(roots))
+        cpu = ProcessTreeCpu(lambda: list(roots), rescan_every=1)
         assert cpu.seconds() == 0.0
         assert sum(proc.cpu_times()[:2]) >= 0.25
         roots.append(child.pid)  # an executor registers: its start-up CPU is not the query's work
