@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from core.errors import InputError
+from core.sink_log import committed_files, has_sink_log
 
 #: How many missing and extra rows a diff shows; enough to spot a pattern, short enough for a log line.
 MAX_EXAMPLES = 5
@@ -296,6 +297,9 @@ def _parquet_files(root: Path) -> list[Path]:
 def read_results(path: str | Path, schema: pa.Schema | None = None) -> pa.Table:
     """Read every parquet file under the directory `path` into one table (order is not meaningful).
 
+    A streaming file sink's output is read through its log (core/sink_log.py): only the files of
+    committed epochs count, as for Spark's own readers.
+
     A directory without data files yields an empty table: with `schema` when given (a streaming query
     that produced no rows may write no file at all), else with no columns. A single file path is read
     as is. Schema metadata is dropped because Spark and DuckDB write different, irrelevant metadata.
@@ -303,7 +307,10 @@ def read_results(path: str | Path, schema: pa.Schema | None = None) -> pa.Table:
     root = Path(path)
     if not root.exists():
         raise InputError(f"result path {root} does not exist", hint="check the --out directory of the run")
-    files = [root] if root.is_file() else _parquet_files(root)
+    if root.is_file():
+        files = [root]
+    else:
+        files = committed_files(root) if has_sink_log(root) else _parquet_files(root)
     if not files:
         return schema.empty_table() if schema is not None else pa.table({})
     tables = [pq.read_table(f).replace_schema_metadata(None) for f in files]

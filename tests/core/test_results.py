@@ -200,9 +200,8 @@ def test_read_results_reads_parts_and_skips_spark_bookkeeping(tmp_path) -> None:
     (tmp_path / "sub").mkdir()
     pq.write_table(table(BASE[2:]), tmp_path / "sub" / "part-00001.parquet")
     pq.write_table(table(BASE[2:]), tmp_path / "sub" / "part-00001.parquet.tmp")  # not a data file
-    (tmp_path / "_spark_metadata").mkdir()
-    pq.write_table(table([(7, "x", 1.0)]), tmp_path / "_spark_metadata" / "0.parquet")
-    (tmp_path / "_spark_metadata" / "0").write_text("v1\n{}")
+    (tmp_path / "_temporary").mkdir()
+    pq.write_table(table([(7, "x", 1.0)]), tmp_path / "_temporary" / "0.parquet")
     (tmp_path / "_SUCCESS").write_text("")
     (tmp_path / ".part-00000-abc.c000.snappy.parquet.crc").write_bytes(b"\x00\x01")
     (tmp_path / "summary.json").write_text("{}")
