@@ -32,7 +32,15 @@ from pathlib import Path
 from typing import Any
 
 from core.drill import latency
-from core.drill.calibrate import PROBE_SCHEDULE, PROBE_SHARE, Calibration, EpochCost, fit, offload_cost
+from core.drill.calibrate import (
+    PROBE_SCHEDULE,
+    PROBE_SHARE,
+    PROBE_VERSION,
+    Calibration,
+    EpochCost,
+    fit,
+    offload_cost,
+)
 from core.drill.patterns import BurstPattern, Trace
 from core.drill.run_policy import PolicyRun
 from core.errors import ConfigError, SpongeError
@@ -141,6 +149,7 @@ def calibrate(config: DrillConfig, status: Callable[[str], None]) -> Calibration
         "vm_cpus": list(config.vm_cpus),
         "window": [config.window_size_s, config.window_slide_s],
         "probe": PROBE_SCHEDULE,
+        "version": PROBE_VERSION,
     }
     saved = json.loads(cache.read_text()) if cache.exists() else {}
     if saved.get("key") == key:
