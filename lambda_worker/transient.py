@@ -139,6 +139,36 @@ class TransientProgram:
         last = self.ops[-1]
         return last if isinstance(last, WindowAggregate) else None
 
+    def input_columns(self) -> frozenset[str] | None:
+        """The input columns the chain reads, or None when it passes input columns through unnamed.
+
+        Why: the router sends a worker only these, so a record's unread fields (Q5 reads two of a
+        bid's seven, and its long url and extra strings are most of its bytes) are neither built nor
+        shipped. A Map or the final aggregate names everything the chain outputs, so the reads up to
+        it are the whole need; a chain that ends without one, or flat-maps first, outputs its input
+        columns and needs them all.
+        """
+        needed: set[str] = set()
+        for op in self.ops:
+            if isinstance(op, Filter):
+                needed |= op.predicate.columns()
+            elif isinstance(op, KeyBy):
+                needed |= set(op.keys)
+            elif isinstance(op, Map):
+                return frozenset(needed.union(*(e.columns() for _, e in op.projections)))
+            elif isinstance(op, WindowAggregate):
+                needed |= set(op.keys)
+                if op.window is not None:
+                    needed.add(op.window.on)
+                for call in op.aggs:
+                    needed |= {*call.fields, *call.order_by}
+                    if call.arg is not None:
+                        needed |= call.arg.columns()
+                return frozenset(needed)
+            else:
+                return None
+        return None
+
     def run_table(self, data: pa.Table | pa.RecordBatch) -> pa.Table:
         df = pl.from_arrow(data)
         assert isinstance(df, pl.DataFrame)

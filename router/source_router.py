@@ -134,9 +134,25 @@ def _heartbeat_field() -> pa.Field:
 
 def output_schema(entity: str, route: RouteOptions) -> pa.Schema:
     """The Arrow schema of a routed stream: the entity's records, or the chain's output; plus `_hb`."""
-    records = schema_for(entity)
-    base = records if route.route == LOCAL else route.compiled().output_schema(records)
+    base = (
+        schema_for(entity)
+        if route.route == LOCAL
+        else route.compiled().output_schema(sent_schema(entity, route))
+    )
     return pa.schema([*base, _heartbeat_field()])
+
+
+def sent_columns(entity: str, route: RouteOptions) -> list[str]:
+    """The record columns an offload route builds and sends: those its chain reads (all when the
+    chain passes columns through, or reads one the entity lacks, such as an upstream window)."""
+    names = schema_for(entity).names
+    reads = route.compiled().input_columns()
+    return names if reads is None or not reads <= set(names) else [n for n in names if n in reads]
+
+
+def sent_schema(entity: str, route: RouteOptions) -> pa.Schema:
+    records = schema_for(entity)
+    return pa.schema([records.field(n) for n in sent_columns(entity, route)])
 
 
 def heartbeat_batch(schema: pa.Schema, time_column: str | None, time_us: int) -> pa.RecordBatch:
@@ -183,7 +199,8 @@ def read_routed(
     if route.route == LOCAL:
         keep = ~keep
     if keep.any():
-        records = generate_ids(config, entity, ids[keep])
+        columns = None if route.route == LOCAL else sent_columns(entity, route)
+        records = generate_ids(config, entity, ids[keep], columns)
         tables = (
             [pa.Table.from_batches([records])]
             if route.route == LOCAL

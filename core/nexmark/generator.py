@@ -16,7 +16,7 @@ reference joins are exact.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from functools import cache, lru_cache
 
@@ -170,13 +170,24 @@ def generate(config: GeneratorConfig, entity: str, start: int, end: int) -> pa.R
     return generate_ids(config, entity, event_ids(entity, start, min(int(end), config.events)))
 
 
-def generate_ids(config: GeneratorConfig, entity: str, n: np.ndarray) -> pa.RecordBatch:
-    """The rows of the `entity` events with global indices `n` (ascending, all of that entity).
+def generate_ids(
+    config: GeneratorConfig, entity: str, n: np.ndarray, columns: Collection[str] | None = None
+) -> pa.RecordBatch:
+    """The rows of the `entity` events with global indices `n` (ascending, all of that entity); only
+    `columns` of them when given (in the schema's order).
 
-    Every column is a pure function of the event index, so a router can build only the records its
-    route keeps and a subset equals the same rows filtered out of the whole range.
+    Every column is a pure function of the event index and its own random stream, so a router can
+    build only the records its route keeps, and only the columns their consumer reads: a subset equals
+    the same rows and columns cut out of the whole range.
     """
-    return _BUILDERS[entity](_Draw(config.seed, n), date_time_us(config, n))
+    schema = schema_for(entity)
+    if columns is not None:
+        unknown = set(columns) - set(schema.names)
+        if unknown:
+            raise ConfigError(f"{entity} has no columns {sorted(unknown)}", hint=f"columns: {schema.names}")
+        schema = pa.schema([f for f in schema if f.name in columns])
+    build = _BUILDERS[entity](_Draw(config.seed, n), date_time_us(config, n))
+    return pa.RecordBatch.from_arrays([build[f.name]() for f in schema], schema=schema)
 
 
 def iter_batches(
@@ -339,85 +350,112 @@ def _cold_person(draw: _Draw, salt: str, last_person: np.ndarray) -> np.ndarray:
     return last_person + 1 - active + draw.below(salt, active)
 
 
-def _persons(draw: _Draw, date_time: np.ndarray) -> pa.RecordBatch:
+#: An entity's columns by name, each built only when asked for.
+Columns = dict[str, Callable[[], pa.Array]]
+
+
+def _persons(draw: _Draw, date_time: np.ndarray) -> Columns:
     n, rows = draw.n, len(draw.n)
-    full_names = tuple(f"{first} {last}" for first in FIRST_NAMES for last in LAST_NAMES)
-    domain = pc.binary_join_element_wise(draw.text("email_domain", 3, 5), ".com", "")
-    email = pc.binary_join_element_wise(draw.text("email_user", 3, 7), domain, "@")
-    # Four blocks of four digits separated by blanks: a fixed 19-byte layout.
-    card = np.full((rows, 19), ord(" "), dtype=np.uint8)
-    digits = _DIGITS[draw.byte_matrix("credit_card", 16)]
-    for group in range(4):
-        card[:, group * 5 : group * 5 + 4] = digits[:, group * 4 : group * 4 + 4]
-    columns = [
-        _int64(FIRST_PERSON_ID + n // PROPORTION_DENOMINATOR),
-        _table(full_names).take(draw.below("name", len(full_names))),
-        email,
-        _pack_strings(card.reshape(-1), np.full(rows, 19)),
-        _table(US_CITIES).take(draw.below("city", len(US_CITIES))),
-        _table(US_STATES).take(draw.below("state", len(US_STATES))),
-        _timestamps(date_time),
-        draw.text("extra", 0, MAX_EXTRA_CHARS),
-    ]
-    return pa.RecordBatch.from_arrays(columns, schema=schema_for("person"))
+
+    def name() -> pa.Array:
+        full_names = tuple(f"{first} {last}" for first in FIRST_NAMES for last in LAST_NAMES)
+        return _table(full_names).take(draw.below("name", len(full_names)))
+
+    def email() -> pa.Array:
+        domain = pc.binary_join_element_wise(draw.text("email_domain", 3, 5), ".com", "")
+        return pc.binary_join_element_wise(draw.text("email_user", 3, 7), domain, "@")
+
+    def credit_card() -> pa.Array:
+        # Four blocks of four digits separated by blanks: a fixed 19-byte layout.
+        card = np.full((rows, 19), ord(" "), dtype=np.uint8)
+        digits = _DIGITS[draw.byte_matrix("credit_card", 16)]
+        for group in range(4):
+            card[:, group * 5 : group * 5 + 4] = digits[:, group * 4 : group * 4 + 4]
+        return _pack_strings(card.reshape(-1), np.full(rows, 19))
+
+    return {
+        "id": lambda: _int64(FIRST_PERSON_ID + n // PROPORTION_DENOMINATOR),
+        "name": name,
+        "email_address": email,
+        "credit_card": credit_card,
+        "city": lambda: _table(US_CITIES).take(draw.below("city", len(US_CITIES))),
+        "state": lambda: _table(US_STATES).take(draw.below("state", len(US_STATES))),
+        "date_time": lambda: _timestamps(date_time),
+        "extra": lambda: draw.text("extra", 0, MAX_EXTRA_CHARS),
+    }
 
 
-def _auctions(draw: _Draw, date_time: np.ndarray) -> pa.RecordBatch:
-    n = draw.n
-    epoch, slot = np.divmod(n, PROPORTION_DENOMINATOR)
-    last_person = epoch * PERSON_PROPORTION + (PERSON_PROPORTION - 1)
-    hot_seller = (last_person // HOT_STRIDE) * HOT_STRIDE
-    seller = np.where(
-        draw.chance("seller_hot", HOT_SELLER_SHARE), hot_seller, _cold_person(draw, "seller", last_person)
-    )
-    initial_bid = draw.price("initial_bid")
-    duration_ms = MIN_AUCTION_MS + draw.below("expires", MAX_AUCTION_MS - MIN_AUCTION_MS + 1)
-    columns = [
-        _int64(FIRST_AUCTION_ID + epoch * AUCTION_PROPORTION + (slot - PERSON_PROPORTION)),
-        draw.text("item_name", 3, 20, spaces=True),
-        draw.text("description", 3, 100, spaces=True),
-        _int64(initial_bid),
-        _int64(initial_bid + draw.price("reserve")),
-        _timestamps(date_time),
-        _timestamps(date_time + duration_ms * 1000),
-        _int64(FIRST_PERSON_ID + seller),
-        _int64(FIRST_CATEGORY_ID + draw.below("category", NUM_CATEGORIES)),
-        draw.text("extra", 0, MAX_EXTRA_CHARS),
-    ]
-    return pa.RecordBatch.from_arrays(columns, schema=schema_for("auction"))
+def _auctions(draw: _Draw, date_time: np.ndarray) -> Columns:
+    epoch, slot = np.divmod(draw.n, PROPORTION_DENOMINATOR)
+
+    def seller() -> pa.Array:
+        last_person = epoch * PERSON_PROPORTION + (PERSON_PROPORTION - 1)
+        hot_seller = (last_person // HOT_STRIDE) * HOT_STRIDE
+        cold = _cold_person(draw, "seller", last_person)
+        return _int64(
+            FIRST_PERSON_ID + np.where(draw.chance("seller_hot", HOT_SELLER_SHARE), hot_seller, cold)
+        )
+
+    def expires() -> pa.Array:
+        duration_ms = MIN_AUCTION_MS + draw.below("expires", MAX_AUCTION_MS - MIN_AUCTION_MS + 1)
+        return _timestamps(date_time + duration_ms * 1000)
+
+    return {
+        "id": lambda: _int64(FIRST_AUCTION_ID + epoch * AUCTION_PROPORTION + (slot - PERSON_PROPORTION)),
+        "item_name": lambda: draw.text("item_name", 3, 20, spaces=True),
+        "description": lambda: draw.text("description", 3, 100, spaces=True),
+        "initial_bid": lambda: _int64(draw.price("initial_bid")),
+        "reserve": lambda: _int64(draw.price("initial_bid") + draw.price("reserve")),
+        "date_time": lambda: _timestamps(date_time),
+        "expires": expires,
+        "seller": seller,
+        "category": lambda: _int64(FIRST_CATEGORY_ID + draw.below("category", NUM_CATEGORIES)),
+        "extra": lambda: draw.text("extra", 0, MAX_EXTRA_CHARS),
+    }
 
 
-def _bids(draw: _Draw, date_time: np.ndarray) -> pa.RecordBatch:
+def _bids(draw: _Draw, date_time: np.ndarray) -> Columns:
     epoch = draw.n // PROPORTION_DENOMINATOR
-    last_auction = epoch * AUCTION_PROPORTION + (AUCTION_PROPORTION - 1)
-    first_open = np.maximum(last_auction - IN_FLIGHT_AUCTIONS, 0)
-    cold_auction = first_open + draw.below("auction", last_auction - first_open + 1)
-    auction = np.where(
-        draw.chance("auction_hot", HOT_AUCTION_SHARE), (last_auction // HOT_STRIDE) * HOT_STRIDE, cold_auction
-    )
-    last_person = epoch * PERSON_PROPORTION + (PERSON_PROPORTION - 1)
-    # The hot bidder is the second person of the block, so it differs from the hot seller.
-    hot_bidder = np.minimum((last_person // HOT_STRIDE) * HOT_STRIDE + 1, last_person)
-    bidder = np.where(
-        draw.chance("bidder_hot", HOT_BIDDER_SHARE), hot_bidder, _cold_person(draw, "bidder", last_person)
-    )
-    channel = np.where(
-        draw.chance("channel_hot", HOT_CHANNEL_SHARE),
-        draw.below("channel", len(HOT_CHANNELS)),
-        len(HOT_CHANNELS) + draw.below("channel", NUM_CHANNELS),
-    )
-    channel_index = pa.array(channel.astype(np.int32))
-    names, urls = _channel_tables()
-    columns = [
-        _int64(FIRST_AUCTION_ID + auction),
-        _int64(FIRST_PERSON_ID + bidder),
-        _int64(draw.price("price")),
-        names.take(channel_index),
-        urls.take(channel_index),
-        _timestamps(date_time),
-        draw.text("extra", 0, MAX_EXTRA_CHARS),
-    ]
-    return pa.RecordBatch.from_arrays(columns, schema=schema_for("bid"))
+
+    def auction() -> pa.Array:
+        last_auction = epoch * AUCTION_PROPORTION + (AUCTION_PROPORTION - 1)
+        first_open = np.maximum(last_auction - IN_FLIGHT_AUCTIONS, 0)
+        cold_auction = first_open + draw.below("auction", last_auction - first_open + 1)
+        hot = draw.chance("auction_hot", HOT_AUCTION_SHARE)
+        return _int64(
+            FIRST_AUCTION_ID + np.where(hot, (last_auction // HOT_STRIDE) * HOT_STRIDE, cold_auction)
+        )
+
+    def bidder() -> pa.Array:
+        last_person = epoch * PERSON_PROPORTION + (PERSON_PROPORTION - 1)
+        # The hot bidder is the second person of the block, so it differs from the hot seller.
+        hot_bidder = np.minimum((last_person // HOT_STRIDE) * HOT_STRIDE + 1, last_person)
+        cold = _cold_person(draw, "bidder", last_person)
+        return _int64(
+            FIRST_PERSON_ID + np.where(draw.chance("bidder_hot", HOT_BIDDER_SHARE), hot_bidder, cold)
+        )
+
+    def channel_index() -> pa.Array:
+        channel = np.where(
+            draw.chance("channel_hot", HOT_CHANNEL_SHARE),
+            draw.below("channel", len(HOT_CHANNELS)),
+            len(HOT_CHANNELS) + draw.below("channel", NUM_CHANNELS),
+        )
+        return pa.array(channel.astype(np.int32))
+
+    return {
+        "auction": auction,
+        "bidder": bidder,
+        "price": lambda: _int64(draw.price("price")),
+        "channel": lambda: _channel_tables()[0].take(channel_index()),
+        "url": lambda: _channel_tables()[1].take(channel_index()),
+        "date_time": lambda: _timestamps(date_time),
+        "extra": lambda: draw.text("extra", 0, MAX_EXTRA_CHARS),
+    }
 
 
-_BUILDERS = {"person": _persons, "auction": _auctions, "bid": _bids}
+_BUILDERS: dict[str, Callable[[_Draw, np.ndarray], Columns]] = {
+    "person": _persons,
+    "auction": _auctions,
+    "bid": _bids,
+}

@@ -13,8 +13,10 @@ from core.expr import DType, col
 from core.nexmark.generator import GeneratorConfig, generate
 from core.nexmark.params import QueryParams
 from core.nexmark.queries import get_query
+from core.offload_chains import offload_chains
 from core.plan import WindowSpec
 from core.query import QueryBuilder, agg
+from core.results import diff_results
 from lambda_worker.partials import TIMESTAMP, finalize, merge_partials
 from lambda_worker.transient import TransientProgram
 
@@ -214,3 +216,27 @@ def test_output_schema_is_known_before_any_data() -> None:
     assert schema == prog.run(bids).schema
     assert schema.names == ["window_start", "window_end", "auction", "num_bids"]
     assert prog.run(bids.slice(0, 0)).num_rows == 0
+
+
+@pytest.mark.parametrize("query", ["q0", "q1", "q2", "q3", "q4", "q5", "q6", "q7", "q8"])
+def test_a_chain_given_only_the_columns_it_reads_computes_the_same(query: str) -> None:
+    """The router sends workers only `input_columns()`: that must not change any result."""
+    plan = get_query(query).plan(QueryParams(window_size_s=4, window_slide_s=2))
+    for chain in offload_chains(plan):
+        program = TransientProgram.from_plan(plan, chain.node_ids)
+        records = generate(GeneratorConfig(seed=5, events=20_000), chain.entity, 0, 20_000)
+        reads = program.input_columns()
+        pruned = records if reads is None else records.select([n for n in records.schema.names if n in reads])
+        diff = diff_results(program.run_table(pruned), program.run_table(records))
+        assert diff is None, (query, chain.entity, reads, diff)
+
+
+def test_input_columns_of_q5_are_the_two_it_reads() -> None:
+    plan = get_query("q5").plan(QueryParams())
+    (chain,) = offload_chains(plan)
+    assert TransientProgram.from_plan(plan, chain.node_ids).input_columns() == {"auction", "date_time"}
+
+
+def test_a_chain_without_a_map_or_aggregate_needs_every_column() -> None:
+    program, _ = _program(lambda q: q.filter(col("a") > 1))
+    assert program.input_columns() is None
