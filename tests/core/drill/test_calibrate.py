@@ -7,6 +7,7 @@ import pytest
 from core.drill.calibrate import EpochCost, fit, offload_cost
 from core.drill.latency import Epoch
 from core.errors import SpongeError
+from core.offload_plan import DEFAULT_OFFLOAD_COST
 
 
 def epochs(costs: list[tuple[int, float]], fixed: float = 1.0) -> list[Epoch]:
@@ -42,6 +43,13 @@ def test_the_offload_cost_is_in_kept_events() -> None:
 def test_a_probe_that_cannot_be_fitted_says_what_to_do() -> None:
     with pytest.raises(SpongeError, match="too few"):
         fit(epochs([(10_000, 20e-6)] * 2))
-    with pytest.raises(SpongeError, match="did not grow"):
-        shrinking = [Epoch(10.0 * i, 10.0 * i + 2.0 - 0.1 * i, 0, 1_000 * (i + 1)) for i in range(8)]
-        fit(shrinking)  # bigger epochs finishing faster
+
+
+def test_epochs_that_do_not_grow_with_their_size_are_the_fixed_cost_alone() -> None:
+    """When the fixed cost's jitter hides the records' cost, the cap over F is the VM's capacity."""
+    shrinking = [Epoch(10.0 * i, 10.0 * i + 2.0 - 0.1 * i, 0, 1_000 * (i + 1)) for i in range(8)]
+    cost = fit(shrinking)  # bigger epochs finishing faster
+    assert cost.per_event_s == 0.0
+    assert cost.fixed_s == pytest.approx(1.55)  # the median epoch after the first two
+    assert cost.capacity(batch_cap=200_000) == pytest.approx(200_000 / 1.55)
+    assert offload_cost(cost, EpochCost(1.2, 1e-6, 5), share=0.8) == DEFAULT_OFFLOAD_COST
