@@ -50,7 +50,7 @@ test-fast: setup
 	$(BIN)/python -m pytest -m "not spark and not slow"
 
 drill: setup
-	$(BIN)/sponge drill --query q5 --compare sponge,noscaling,over --pattern sudden:2x:8s --duration 24 --lead 10 --rate 80000
+	$(BIN)/sponge drill --query q5 --compare sponge,noscaling,over --pattern sudden:2x:8s --duration 16 --lead 6 --rate 70000
 
 lint: setup
 	$(BIN)/ruff check .

@@ -25,6 +25,7 @@ from typing import IO, Any
 
 from core.errors import ConfigError, SpongeError
 from core.fault_spec import FaultSpec
+from router import stats
 from router.boto3_invoker import INVOCATION_TYPES
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -219,6 +220,17 @@ class AgentProcess:
             if stats is not None:
                 with self._lock:
                     self._last = stats
+
+    def wait_warm(self, n: int, timeout_s: float) -> bool:
+        """Wait until the warm pool reports its environments warmed (or `n` workers are connected);
+        False after `timeout_s`, when the run goes on with whatever is warm."""
+        deadline = time.time() + timeout_s
+        while time.time() < deadline:
+            sample = self.latest()
+            if sample.get(stats.WORKERS_PREWARMED, 0) > 0 or sample.get("workers_connected", 0) >= n:
+                return True
+            time.sleep(0.1)
+        return False
 
     def latest(self) -> dict[str, int]:
         """The last sample of the running agent's counters and gauges (workers_connected, ...)."""

@@ -347,10 +347,10 @@ def _run(spec: PolicyRun, pool: Any) -> dict[str, Any]:
     # period are warm, and the drill's trace starts in that stable period. On a standalone cluster the
     # driver and the executor are separate JVMs whose per-epoch paths warm only over many epochs (one
     # big warm-up epoch left the trace's first epochs at 3-5 s instead of 1.5-2 s), so the warm-up
-    # there runs in WARMUP_EPOCHS small epochs. So does an offloading run's, on its routed plan: warmed
-    # by the plain plan only, its first routed epoch took 13.7 s and the next ten 1.9-2.9 s before
-    # settling at 1.3 s; warmed on the routed plan, 2.7 s and then 1.3-1.6 s (Q5, one VM core).
-    small_epochs = pool is not None or offload is not None
+    # there runs in WARMUP_EPOCHS small epochs. An offloading run warms its routed plan in small
+    # epochs too: warmed by the plain plan only, its first routed epoch took 13.7 s and the next ten
+    # 1.9-2.9 s before settling at 1.3 s; warmed on the routed plan, 2.7 s and then 1.3-1.6 s (Q5).
+    epochs = WARMUP_EPOCHS if pool is not None or offload is not None else 1
     run_query(
         replace(
             config,
@@ -358,9 +358,7 @@ def _run(spec: PolicyRun, pool: Any) -> dict[str, Any]:
             pace=False,
             offload=replace(offload, share=WARMUP_SHARE, prewarm=0) if offload is not None else None,
             output=out.parent / f"{out.name}-warmup",
-            max_events_per_batch=(
-                WARMUP_EVENTS // WARMUP_EPOCHS if small_epochs else config.max_events_per_batch
-            ),
+            max_events_per_batch=WARMUP_EVENTS // epochs if epochs > 1 else config.max_events_per_batch,
         )
     )
     summary = run_query(config, progress=hooks.on_progress, hooks=hooks)

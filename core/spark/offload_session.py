@@ -24,6 +24,7 @@ from core.offload_plan import DEFAULT_OFFLOAD_COST, OffloadPlan
 TARGETS = ("embedded", "localstack", "aws")  # localstack and aws: a stack deployed by `sponge deploy`
 OFFLOAD_DIR = "_offload"
 FAULT_DIR = "faults"
+WARM_POOL_WAIT_S = 30.0  # a warm pool that takes longer (a throttled deployment) warms during the run
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,8 @@ class OffloadSession:
 
     # ---- life cycle ----
 
-    def start(self, started: float) -> None:
+    def start(self) -> None:
+        """Start the agent; with a warm pool, return once it is warm (or after WARM_POOL_WAIT_S)."""
         from router.agent_process import AgentProcess, AgentProcessConfig, write_secret
         from router.routing_log import write_current_plan
 
@@ -107,6 +109,11 @@ class OffloadSession:
             )
         )
         self.agent.start()
+        if self.config.prewarm:
+            self.agent.wait_warm(self.config.prewarm, WARM_POOL_WAIT_S)
+
+    def schedule_faults(self, started: float) -> None:
+        """Arm the agent restarts of the fault specs, `at` seconds after `started`."""
         for spec in of_kind(self.config.faults, AGENT_RESTART):
             delay = max(0.0, started + spec["at"] - time.time())
             timer = threading.Timer(delay, self._restart_agent)
