@@ -28,11 +28,8 @@ def has_sink_log(root: Path) -> bool:
 
 
 def committed_files(root: Path) -> list[Path]:
-    """The data files under `root` that committed epochs added, sorted.
-
-    A committed file that is missing is an error: its rows
-    are lost, and reading on would hide that.
-    """
+    """The data files under `root` that committed epochs added, sorted. A committed file that is
+    missing is an error: its rows are lost, and reading on would hide that."""
     log = root / LOG_DIR
     batches = _log_files(log)
     compacts = [b for b, f in batches.items() if f.name.endswith(_COMPACT)]

@@ -25,8 +25,8 @@ from typing import IO, Any
 
 from core.errors import ConfigError, SpongeError
 from core.fault_spec import FaultSpec
-from router import stats
 from router.boto3_invoker import INVOCATION_TYPES
+from router.stats import WORKERS_PREWARMED
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -227,7 +227,7 @@ class AgentProcess:
         deadline = time.time() + timeout_s
         while time.time() < deadline:
             sample = self.latest()
-            if sample.get(stats.WORKERS_PREWARMED, 0) > 0 or sample.get("workers_connected", 0) >= n:
+            if sample.get(WORKERS_PREWARMED, 0) > 0 or sample.get("workers_connected", 0) >= n:
                 return True
             time.sleep(0.1)
         return False
