@@ -396,6 +396,10 @@ def _auctions(draw: _Draw, date_time: np.ndarray) -> Columns:
             FIRST_PERSON_ID + np.where(draw.chance("seller_hot", HOT_SELLER_SHARE), hot_seller, cold)
         )
 
+    @cache
+    def initial_bid() -> np.ndarray:  # read by initial_bid and reserve
+        return draw.price("initial_bid")
+
     def expires() -> pa.Array:
         duration_ms = MIN_AUCTION_MS + draw.below("expires", MAX_AUCTION_MS - MIN_AUCTION_MS + 1)
         return _timestamps(date_time + duration_ms * 1000)
@@ -404,8 +408,8 @@ def _auctions(draw: _Draw, date_time: np.ndarray) -> Columns:
         "id": lambda: _int64(FIRST_AUCTION_ID + epoch * AUCTION_PROPORTION + (slot - PERSON_PROPORTION)),
         "item_name": lambda: draw.text("item_name", 3, 20, spaces=True),
         "description": lambda: draw.text("description", 3, 100, spaces=True),
-        "initial_bid": lambda: _int64(draw.price("initial_bid")),
-        "reserve": lambda: _int64(draw.price("initial_bid") + draw.price("reserve")),
+        "initial_bid": lambda: _int64(initial_bid()),
+        "reserve": lambda: _int64(initial_bid() + draw.price("reserve")),
         "date_time": lambda: _timestamps(date_time),
         "expires": expires,
         "seller": seller,
@@ -435,7 +439,8 @@ def _bids(draw: _Draw, date_time: np.ndarray) -> Columns:
             FIRST_PERSON_ID + np.where(draw.chance("bidder_hot", HOT_BIDDER_SHARE), hot_bidder, cold)
         )
 
-    def channel_index() -> pa.Array:
+    @cache
+    def channel_index() -> pa.Array:  # read by channel and url
         channel = np.where(
             draw.chance("channel_hot", HOT_CHANNEL_SHARE),
             draw.below("channel", len(HOT_CHANNELS)),
