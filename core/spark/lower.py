@@ -9,6 +9,8 @@ Why some lowerings look the way they do:
   tracks it as the event-time column; the sink flattens it into window_start/window_end.
 * Sliding windows are aggregated per pane (a tumbling window of the slide) and the pane partials are
   then merged into the sliding windows, so no record is copied into every window it belongs to.
+* A sliding aggregate whose only reader is a per-window top-k runs as its pane step plus one
+  operator over the finished panes (core/spark/sliding_top_k.py, ADR 0010).
 * Aggregates that keep records (max_with_ties, latest_n) collect structs and trim them after the
   aggregation: the trim is a stateless projection, so Spark's state holds one list per group.
 """
@@ -40,6 +42,8 @@ from core.plan import (
 )
 from core.rewrite import Kind, Placement, RewrittenPlan
 from core.spark.expr_spark import to_spark
+from core.spark.session import DEFAULT_STATE_STORE, ROCKSDB_STATE_STORE
+from core.spark.sliding_top_k import fusable, sliding_top_k
 from merge import spark_merge
 
 SourceFactory = Callable[[Source], DataFrame]
@@ -128,20 +132,24 @@ def _aggregate(df: DataFrame, op: WindowAggregate, partial: bool = False) -> Dat
     elif op.window.tumbling:
         out = df.groupBy(_window_col(op.window).alias(WINDOW), *keys).agg(*_agg_columns(op.aggs, partial))
     else:
-        out = _sliding_by_panes(df, op, keys, partial)
+        out = _windows(_panes(df, op, partial), op)
     return _trims(out, [a for a in op.aggs if a.fn in ("max_with_ties", "latest_n")])
 
 
-def merge_aggregate(local: DataFrame, workers: DataFrame, op: WindowAggregate) -> DataFrame:
-    """`op` over the VM's records and the workers' partial rows of the same epochs (the merge operator)."""
+def merge_aggregate(
+    local: DataFrame, workers: DataFrame, op: WindowAggregate, panes_only: bool = False
+) -> DataFrame:
+    """`op` over the VM's records and the workers' partial rows of the same epochs (the merge operator);
+    with `panes_only`, a sliding window's pane step alone (for sliding_top_k)."""
     mine = spark_merge.local_partials(local, op)
-    theirs = spark_merge.worker_partials(workers, op, mine)
-    return _aggregate(mine.unionByName(theirs), op, partial=True)
+    both = mine.unionByName(spark_merge.worker_partials(workers, op, mine))
+    return _panes(both, op, partial=True) if panes_only else _aggregate(both, op, partial=True)
 
 
-def _sliding_by_panes(df: DataFrame, op: WindowAggregate, keys: list[Column], partial: bool) -> DataFrame:
+def _panes(df: DataFrame, op: WindowAggregate, partial: bool) -> DataFrame:
+    """A sliding window's first step: its aggregates per pane (a tumbling window of the slide)."""
     assert op.window is not None
-    pane_aggs, window_aggs = [], []
+    pane_aggs = []
     for a in op.aggs:
         if a.fn not in ("avg", *_PANE_PARTIAL):
             raise PlanError(
@@ -156,12 +164,19 @@ def _sliding_by_panes(df: DataFrame, op: WindowAggregate, keys: list[Column], pa
             ]
         else:
             pane_aggs.append(_agg_expr(a).alias(a.out))
-        if a.fn == "avg":
-            window_aggs.append((F.sum(f"_{a.out}_s") / F.sum(f"_{a.out}_n")).alias(a.out))
-        else:
-            window_aggs.append(getattr(F, _PANE_PARTIAL[a.fn])(F.col(a.out)).alias(a.out))
     pane = F.window(F.col(op.window.on), _secs(op.window.slide_s)).alias("_pane")
-    panes = df.groupBy(pane, *keys).agg(*pane_aggs)
+    return df.groupBy(pane, *[F.col(k) for k in op.keys]).agg(*pane_aggs)
+
+
+def _windows(panes: DataFrame, op: WindowAggregate) -> DataFrame:
+    """A sliding window's second step: each pane's partials folded into every window that holds it."""
+    assert op.window is not None
+    window_aggs = [
+        (F.sum(f"_{a.out}_s") / F.sum(f"_{a.out}_n")).alias(a.out)
+        if a.fn == "avg"
+        else getattr(F, _PANE_PARTIAL[a.fn])(F.col(a.out)).alias(a.out)
+        for a in op.aggs
+    ]
     window = F.window(F.window_time("_pane"), _secs(op.window.size_s), _secs(op.window.slide_s))
     return panes.groupBy(window.alias(WINDOW), *[F.col(k) for k in op.keys]).agg(*window_aggs)
 
@@ -260,6 +275,48 @@ def apply_operator(op: Operator, inputs: list[DataFrame], sources: SourceFactory
 # ---- whole plans -------------------------------------------------------------------------------
 
 
+def _fusions(plan: LogicalPlan) -> dict[str, str]:
+    """Sliding aggregate -> the top-k it alone feeds through one key_by: pairs sliding_top_k runs."""
+    pairs: dict[str, str] = {}
+    for node in plan.nodes:
+        outs = plan.out_edges(node.id)
+        if not isinstance(node.op, WindowAggregate) or len(outs) != 1:
+            continue
+        key = plan.node(outs[0].dst)
+        nxt = plan.out_edges(key.id)
+        if not isinstance(key.op, KeyBy) or len(nxt) != 1:
+            continue
+        top = plan.node(nxt[0].dst).op
+        if isinstance(top, TopK) and key.op.keys == top.partition_by and fusable(node.op, top):
+            pairs[node.id] = nxt[0].dst
+    return pairs
+
+
+def state_store_for(plan: LogicalPlan) -> str:
+    """The state store provider a query of `plan` must start with (sliding_top_k needs RocksDB)."""
+    return ROCKSDB_STATE_STORE if _fusions(plan) else DEFAULT_STATE_STORE
+
+
+class _Fusion:
+    """Where lowering departs from one operator at a time: the pairs of `_fusions`."""
+
+    def __init__(self, plan: LogicalPlan) -> None:
+        pairs = _fusions(plan)
+        self.aggregates = set(pairs)
+        self.tops = {top: plan.node(agg).op for agg, top in pairs.items()}
+
+    def lower(self, node_id: str, op: Operator, ins: list[DataFrame], sources: SourceFactory) -> DataFrame:
+        if node_id in self.aggregates:
+            assert isinstance(op, WindowAggregate)
+            return _panes(ins[0], op, partial=False)
+        if node_id in self.tops:
+            assert isinstance(op, TopK)
+            agg = self.tops[node_id]
+            assert isinstance(agg, WindowAggregate)
+            return sliding_top_k(ins[0], agg, op, window_like=_windows(ins[0], agg))
+        return apply_operator(op, ins, sources)
+
+
 OffloadedFactory = Callable[[OffloadChain], DataFrame]
 
 
@@ -282,6 +339,7 @@ def lower_rewritten(
     order = [n.id for n in plan.logical.topological_order()]
     pending = [nid for nid in vm_nodes if nid not in order]
     ends = {c.last: c for c in chains}
+    fusion = _Fusion(plan.logical)
     if chains and offloaded is None:
         raise PlanError("offload chains given without the stream of the workers' results")
 
@@ -296,9 +354,9 @@ def lower_rewritten(
             chain = ends.get(node_id)
             if chain is not None and chain.kind == PARTIAL:
                 assert isinstance(op, WindowAggregate) and offloaded is not None
-                df = merge_aggregate(ins[0], offloaded(chain), op)
+                df = merge_aggregate(ins[0], offloaded(chain), op, panes_only=node_id in fusion.aggregates)
             else:
-                df = apply_operator(op, ins, sources)
+                df = fusion.lower(node_id, op, ins, sources)
             if chain is not None and chain.kind == ROWS:
                 assert offloaded is not None
                 df = df.unionByName(spark_merge.align(offloaded(chain), df))
@@ -320,9 +378,10 @@ def lower_plain(plan: LogicalPlan, sources: SourceFactory) -> dict[str, DataFram
     """Lower the logical plan directly, with no proxies at all (the bench's baseline (b))."""
     frames: dict[str, DataFrame] = {}
     sinks: dict[str, DataFrame] = {}
+    fusion = _Fusion(plan)
     for node in plan.topological_order():
         ins = [frames[e.src] for e in plan.in_edges(node.id)]
-        frames[node.id] = apply_operator(node.op, ins, sources)
+        frames[node.id] = fusion.lower(node.id, node.op, ins, sources)
         if isinstance(node.op, Sink):
             sinks[node.op.name] = frames[node.id]
     return sinks

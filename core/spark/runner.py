@@ -26,7 +26,7 @@ from core.offload_chains import offload_chains
 from core.plan import Source
 from core.rewrite import rewrite
 from core.spark.offload_session import OFFLOAD_DIR, OffloadConfig, OffloadSession
-from core.spark.session import SparkConfig, spark_session
+from core.spark.session import DEFAULT_STATE_STORE, SparkConfig, spark_session
 
 EOS_TIME = "2100-01-01"  # core.nexmark.schema.END_OF_STREAM_TIME_US as a Spark literal
 DEAD_LETTER_DIR = "dead_letter"  # under the output directory, next to the results
@@ -143,7 +143,7 @@ def run_query(
     """Stream the query to completion, write Parquet results and summary.json; return the summary."""
     from core.spark.file_source import dead_letter_summary, require_entity_dirs
     from core.spark.file_source import register as register_file_source
-    from core.spark.lower import lower_plain, lower_rewritten
+    from core.spark.lower import lower_plain, lower_rewritten, state_store_for
 
     info = get_query(config.query)
     logical = info.plan(config.params)
@@ -191,6 +191,7 @@ def run_query(
             progress=progress,
             restarts_at=restarts_at,
             on_restart=session.query_restarted if session is not None else None,
+            state_store=state_store_for(logical),
         )
     finally:
         if hooks is not None:
@@ -250,14 +251,17 @@ def stream_to_end(
     progress: Callable[[dict], None] | None = None,
     restarts_at: Sequence[float] = (),
     on_restart: Callable[[], None] | None = None,
+    state_store: str = DEFAULT_STATE_STORE,
 ) -> list[dict]:
     """Stream `df` into Parquet under `out` until every source has delivered its punctuation and
     the closing no-data epoch has run; return the progress of every epoch that read data.
 
     At each of `restarts_at` (seconds after `started`) the query is stopped and resumed from its
     checkpoint, as after a driver restart. Shared by run_query and the benchmark's hand-written
-    queries, so both end the same way.
+    queries, so both end the same way. `state_store` is the provider a new checkpoint is made with (a
+    resumed one keeps its own).
     """
+    df.sparkSession.conf.set("spark.sql.streaming.stateStore.providerClass", state_store)
 
     def start():
         return (

@@ -1,0 +1,236 @@
+"""A sliding-window aggregate that feeds a per-window top-k, run as one stateful operator over panes.
+
+Why (ADR 0010): lowered natively, the window step adds every pane partial to each of the size/slide
+windows that contain it (Q5: five state updates per (auction, pane)) and the top-k step collects each
+closed window's rows once more. Those two steps cost the VM most of a Q5 epoch, offloaded or not, so
+offloading the counting bought little. Here the finished panes the native pane step emits are kept
+as they are, and when the watermark closes a window its panes are summed once, vectorised, and
+ranked: one write per pane row and one read per window.
+
+The operator is Spark's transformWithState (Python flavour), the arbitrary-state operator that may
+follow an aggregation in append mode; it needs the RocksDB state store (session.ROCKSDB_STATE_STORE).
+Panes are kept per grouping key (the top-k's partition) as Arrow IPC blobs in a map keyed by the
+pane's start; event-time timers at window ends fire the ranking. Exactly-once comes from Spark: the
+state and the timers are checkpointed with the epoch, and a replayed epoch re-sends the same panes.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pandas as pd
+import polars as pl
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.streaming.stateful_processor import (
+    ExpiredTimerInfo,
+    StatefulProcessor,
+    StatefulProcessorHandle,
+    TimerValues,
+)
+from pyspark.sql.types import BinaryType, LongType, StructField, StructType
+
+from core.plan import WINDOW, AggCall, TopK, WindowAggregate
+
+FUSABLE_AGGS = ("count", "sum", "min", "max", "avg")
+
+# The operator's input is [_EVENT_TIME, _PANE_US, *values, group] and is read by position: the pandas
+# hand-off renames "_"-prefixed columns to "_<i>".
+_PANE_US = "sponge_pane_us"  # a pane's start in microseconds since the epoch
+_EVENT_TIME = "sponge_pane_time"  # the pane's window_time, which carries the watermark in
+_GROUP = "sponge_group"  # the constant grouping key of an unpartitioned top-k
+_MS = 1000
+
+
+@dataclass(frozen=True)
+class SlidingTopK:
+    """What the processor needs to know, kept free of Spark objects so it pickles small."""
+
+    size_ms: int
+    slide_ms: int
+    keys: tuple[str, ...]  # the aggregate's keys
+    aggs: tuple[AggCall, ...]
+    k: int
+    by: str
+    columns: tuple[str, ...]  # the pane frame's value columns, as they reach the processor
+
+    def window_ends(self, pane_ms: int) -> range:
+        """Ends of the windows that contain the pane starting at `pane_ms` (windows are slide-aligned)."""
+        return range(pane_ms + self.slide_ms, pane_ms + self.size_ms + 1, self.slide_ms)
+
+    def rank(self, panes: pl.DataFrame, end_ms: int) -> pl.DataFrame:
+        """The window ending at `end_ms` from its panes' partial rows: fold, then keep the top k.
+
+        Ties at the k-th value are kept and a null ranks last, as the native lowering does (lower._top_k).
+        """
+        folded = panes.group_by(list(self.keys)).agg(*[_fold(a) for a in self.aggs])
+        ranked = folded.get_column(self.by).sort(descending=True, nulls_last=True)
+        if ranked.len() == 0:
+            return folded
+        kth = ranked[min(self.k, ranked.len()) - 1]
+        kept = folded.filter(pl.col(self.by) >= kth) if kth is not None else folded.clear()
+        start = pl.lit(end_ms - self.size_ms, pl.Int64)
+        return kept.select(
+            (start * _MS).cast(pl.Datetime("us", "UTC")).alias("window_start"),
+            (pl.lit(end_ms, pl.Int64) * _MS).cast(pl.Datetime("us", "UTC")).alias("window_end"),
+            *self.keys,
+            *[a.out for a in self.aggs],
+        )
+
+
+def _fold(call: AggCall) -> pl.Expr:
+    """A window's value from its panes' partials (the same columns lower._panes writes)."""
+    c = pl.col(call.out)
+    match call.fn:
+        case "count":
+            return c.sum().alias(call.out)
+        case "sum":  # Spark's sum of nothing but nulls is null
+            return pl.when(c.is_not_null().any()).then(c.sum()).alias(call.out)
+        case "min":
+            return c.min().alias(call.out)
+        case "max":
+            return c.max().alias(call.out)
+        case "avg":
+            n = pl.col(f"_{call.out}_n").sum()
+            return pl.when(n > 0).then(pl.col(f"_{call.out}_s").sum() / n).alias(call.out)
+    raise ValueError(f"aggregate {call.fn!r} is not fused")  # fusable() admits only FUSABLE_AGGS
+
+
+def _to_ipc(frame: pl.DataFrame) -> bytes:
+    buf = io.BytesIO()
+    frame.write_ipc(buf, compression="lz4")
+    return buf.getvalue()
+
+
+def _from_ipc(blob: bytes) -> pl.DataFrame:
+    return pl.read_ipc(io.BytesIO(blob))
+
+
+class PaneProcessor(StatefulProcessor):
+    """Keeps a partition's finished panes until no open window needs them; ranks windows as they close."""
+
+    def __init__(self, spec: SlidingTopK) -> None:
+        self.spec = spec
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+        self.panes = handle.getMapState(
+            "panes",
+            StructType([StructField("pane_ms", LongType())]),
+            StructType([StructField("ipc", BinaryType())]),
+        )
+        # Windows are ranked in order of their end; everything ending at or before this is out.
+        self.ranked_until = handle.getValueState(
+            "ranked_until", StructType([StructField("end_ms", LongType())])
+        )
+
+    def _done(self) -> int | None:
+        got = self.ranked_until.get() if self.ranked_until.exists() else None
+        return got[0] if got else None
+
+    def handleInputRows(
+        self, key: tuple, rows: Iterator[pd.DataFrame], timerValues: TimerValues
+    ) -> Iterator[pd.DataFrame]:
+        names = [_PANE_US, *self.spec.columns]
+        new = pl.concat([pl.from_pandas(p.iloc[:, 1 : 1 + len(names)].set_axis(names, axis=1)) for p in rows])
+        done = self._done()
+        for (pane_us,), part in new.partition_by(_PANE_US, as_dict=True, include_key=False).items():
+            pane_ms = int(pane_us) // _MS
+            if self.panes.containsKey((pane_ms,)):  # a pane normally arrives whole, in one epoch
+                part = pl.concat([_from_ipc(self.panes.getValue((pane_ms,))[0]), part])
+            self.panes.updateValue((pane_ms,), (_to_ipc(part),))
+            for end in self.spec.window_ends(pane_ms):
+                if done is None or end > done:
+                    self.handle.registerTimer(end)
+        yield from self._rank_closed(timerValues.getCurrentWatermarkInMs())
+
+    def handleExpiredTimer(
+        self, key: tuple, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
+    ) -> Iterator[pd.DataFrame]:
+        watermark = max(timerValues.getCurrentWatermarkInMs(), expiredTimerInfo.getExpiryTimeInMs())
+        yield from self._rank_closed(watermark)
+
+    def _rank_closed(self, watermark_ms: int) -> Iterator[pd.DataFrame]:
+        """Rank every window that holds a pane, ends by the watermark and is not ranked yet."""
+        done = self._done()
+        starts = sorted(k[0] for k in self.panes.keys())  # noqa: SIM118 (a MapState, not a dict)
+        ends = sorted(
+            {
+                e
+                for p in starts
+                for e in self.spec.window_ends(p)
+                if e <= watermark_ms and (done is None or e > done)
+            }
+        )
+        if not ends:
+            return
+        loaded: dict[int, pl.DataFrame] = {}
+        for end in ends:
+            inside = [p for p in starts if end - self.spec.size_ms <= p < end]
+            for p in inside:
+                if p not in loaded:
+                    loaded[p] = _from_ipc(self.panes.getValue((p,))[0])
+            out = self.spec.rank(pl.concat([loaded[p] for p in inside]), end)
+            if out.height:
+                yield out.to_pandas()
+        done = ends[-1]
+        self.ranked_until.update((done,))
+        for p in starts:
+            if p + self.spec.size_ms <= done:  # every window holding it has been ranked
+                self.panes.removeKey((p,))
+
+    def close(self) -> None:
+        pass
+
+
+def fusable(agg: WindowAggregate, top: TopK) -> bool:
+    """Whether `agg -> key_by(top.partition_by) -> top` can run as one operator over panes."""
+    return (
+        agg.window is not None
+        and not agg.window.tumbling
+        and all(a.fn in FUSABLE_AGGS for a in agg.aggs)
+        and top.with_ties
+        and set(top.partition_by) <= set(agg.keys)
+        and top.by in {a.out for a in agg.aggs}
+    )
+
+
+def sliding_top_k(panes: DataFrame, agg: WindowAggregate, top: TopK, window_like: DataFrame) -> DataFrame:
+    """The top-k rows of every sliding window of `agg`, from the pane frame lower._panes builds.
+
+    `window_like` is the native window step over the same panes (never run): the output takes its
+    columns and types, so the fused plan writes exactly what the unfused one would.
+    """
+    assert agg.window is not None
+    values = [c for c in panes.columns if c != "_pane"]
+    spec = SlidingTopK(
+        size_ms=agg.window.size_s * _MS,
+        slide_ms=agg.window.slide_s * _MS,
+        keys=agg.keys,
+        aggs=agg.aggs,
+        k=top.k,
+        by=top.by,
+        columns=tuple(values),
+    )
+    group: list[Column] = [F.col(k) for k in top.partition_by] or [F.lit(0).alias(_GROUP)]
+    staged = panes.select(
+        F.window_time("_pane").alias(_EVENT_TIME),
+        F.unix_micros(F.col("_pane.start")).alias(_PANE_US),
+        *[F.col(c) for c in values],
+        *([] if top.partition_by else group),
+    )
+    out_fields = [
+        StructField("window_start", window_like.schema[WINDOW].dataType["start"].dataType),  # type: ignore[index]
+        StructField("window_end", window_like.schema[WINDOW].dataType["end"].dataType),  # type: ignore[index]
+        *[window_like.schema[c] for c in (*agg.keys, *[a.out for a in agg.aggs])],
+    ]
+    ranked = staged.groupBy(*(top.partition_by or (_GROUP,))).transformWithStateInPandas(
+        statefulProcessor=PaneProcessor(spec),
+        outputStructType=StructType(out_fields),
+        outputMode="Append",
+        timeMode="EventTime",
+    )
+    window = F.struct(F.col("window_start").alias("start"), F.col("window_end").alias("end"))
+    return ranked.select(window.alias(WINDOW), *[c for c in window_like.columns if c != WINDOW])

@@ -1,0 +1,212 @@
+"""The fused sliding-window top-k: its ranking against a brute force, and its processor's state
+handling driven through a fake state handle (the Spark run itself is in test_queries/test_offload_run)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator
+
+import pandas as pd
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from core.expr import col
+from core.nexmark.params import QueryParams
+from core.nexmark.queries import QUERIES
+from core.plan import AggCall, TopK, WindowAggregate, WindowSpec
+from core.spark.lower import _fusions, state_store_for
+from core.spark.session import DEFAULT_STATE_STORE, ROCKSDB_STATE_STORE
+from core.spark.sliding_top_k import PaneProcessor, SlidingTopK, fusable
+
+S = 1000  # ms
+COUNT = AggCall("num", "count")
+
+
+def spec(k: int = 1, size: int = 10, slide: int = 2, aggs: tuple[AggCall, ...] = (COUNT,)) -> SlidingTopK:
+    columns = ["key"]
+    for a in aggs:
+        columns += [f"_{a.out}_s", f"_{a.out}_n"] if a.fn == "avg" else [a.out]
+    return SlidingTopK(size * S, slide * S, ("key",), aggs, k, aggs[0].out, tuple(columns))
+
+
+def test_a_pane_belongs_to_size_over_slide_windows() -> None:
+    assert list(spec().window_ends(0)) == [2 * S, 4 * S, 6 * S, 8 * S, 10 * S]
+    assert list(spec(size=4, slide=2).window_ends(6 * S)) == [8 * S, 10 * S]
+
+
+def test_rank_keeps_ties_at_the_kth_value_and_stamps_the_window() -> None:
+    panes = pl.DataFrame({"key": [1, 2, 3, 1, 2, 4], "num": [3, 5, 4, 2, 0, 5]})  # totals 5, 5, 4, 5
+    out = spec(k=1).rank(panes, end_ms=10 * S)
+    assert sorted(out.get_column("key").to_list()) == [1, 2, 4]
+    assert out.get_column("num").to_list() == [5, 5, 5]
+    assert out.get_column("window_start").dt.epoch("ms").unique().to_list() == [0]
+    assert out.get_column("window_end").dt.epoch("ms").unique().to_list() == [10 * S]
+    assert sorted(spec(k=4).rank(panes, 10 * S).get_column("key").to_list()) == [1, 2, 3, 4]
+    assert spec(k=9).rank(panes, 10 * S).height == 4  # k beyond the rows keeps them all
+
+
+def test_rank_folds_avg_from_pane_sums_and_counts() -> None:
+    avg = AggCall("mean", "avg", col("price"))
+    panes = pl.DataFrame({"key": [1, 1, 2], "_mean_s": [10.0, 20.0, 9.0], "_mean_n": [1, 3, 1]})
+    out = spec(aggs=(avg,)).rank(panes, 10 * S)
+    assert out.select("key", "mean").rows() == [(2, 9.0)]  # 30/4 = 7.5 for key 1
+
+
+def brute_force(rows: list[tuple[int, int, int]], size: int, slide: int, k: int) -> set[tuple[int, int, int]]:
+    """(window end, key, count) of the top-k with ties, from (pane start, key, count) rows."""
+    windows: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    for pane, key, n in rows:
+        for end in range(pane + slide, pane + size + 1, slide):
+            windows[end][key] += n
+    out = set()
+    for end, counts in windows.items():
+        ranked = sorted(counts.values(), reverse=True)
+        kth = ranked[min(k, len(ranked)) - 1]
+        out |= {(end, key, n) for key, n in counts.items() if n >= kth}
+    return out
+
+
+class FakeHandle:
+    """transformWithState's state API for one grouping key, in memory."""
+
+    class Map:
+        def __init__(self) -> None:
+            self.d: dict[tuple, tuple] = {}
+
+        def containsKey(self, key: tuple) -> bool:  # the names are Spark's API
+            return key in self.d
+
+        def getValue(self, key: tuple) -> tuple:
+            return self.d[key]
+
+        def updateValue(self, key: tuple, value: tuple) -> None:
+            self.d[key] = value
+
+        def keys(self) -> Iterator[tuple]:
+            return iter(list(self.d))
+
+        def removeKey(self, key: tuple) -> None:
+            del self.d[key]
+
+    class Value:
+        def __init__(self) -> None:
+            self.v: tuple | None = None
+
+        def exists(self) -> bool:
+            return self.v is not None
+
+        def get(self) -> tuple | None:
+            return self.v
+
+        def update(self, v: tuple) -> None:
+            self.v = v
+
+    def __init__(self) -> None:
+        self.timers: set[int] = set()
+        self.map = self.Map()
+        self.value = self.Value()
+
+    def getMapState(self, *_: object) -> Map:
+        return self.map
+
+    def getValueState(self, *_: object) -> Value:
+        return self.value
+
+    def registerTimer(self, ms: int) -> None:
+        self.timers.add(ms)
+
+
+class Timers:
+    def __init__(self, watermark: int) -> None:
+        self.watermark = watermark
+
+    def getCurrentWatermarkInMs(self) -> int:
+        return self.watermark
+
+    def getExpiryTimeInMs(self) -> int:
+        return self.watermark
+
+
+def drive(processor: PaneProcessor, handle: FakeHandle, epochs: list[tuple[int, pd.DataFrame]]) -> set:
+    """Run epochs as Spark would: input rows (if any), then the timers the watermark expired."""
+    out: list[pd.DataFrame] = []
+    for watermark, rows in epochs:
+        if len(rows):
+            out += list(processor.handleInputRows((0,), iter([rows]), Timers(watermark)))  # type: ignore[arg-type]
+        for t in sorted(t for t in handle.timers if t <= watermark):
+            handle.timers.discard(t)
+            out += list(processor.handleExpiredTimer((0,), Timers(watermark), Timers(t)))  # type: ignore[arg-type]
+    got = pd.concat(out) if out else pd.DataFrame(columns=["window_end", "key", "num"])
+    return {
+        (int(r.window_end.timestamp() * S), int(r.key), int(r.num)) for r in got.itertuples(index=False)
+    }
+
+
+def as_input(rows: list[tuple[int, int, int]]) -> pd.DataFrame:
+    """The operator's input columns in order: event time, pane start (µs), values."""
+    frame = pd.DataFrame(rows, columns=["pane_ms", "key", "num"])
+    return pd.DataFrame(
+        {
+            "t": pd.to_datetime(frame.pane_ms, unit="ms", utc=True),
+            "us": frame.pane_ms * 1000,
+            "key": frame.key,
+            "num": frame.num,
+            "g": 0,
+        }
+    )
+
+
+panes_strategy = st.lists(
+    st.tuples(st.integers(0, 12), st.integers(1, 6), st.integers(0, 9)), min_size=1, max_size=60
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=panes_strategy, k=st.integers(1, 3), size_panes=st.integers(1, 5), epoch_panes=st.integers(1, 3))
+def test_the_processor_ranks_every_window_once_as_the_brute_force_does(
+    rows: list[tuple[int, int, int]], k: int, size_panes: int, epoch_panes: int
+) -> None:
+    """Panes arrive whole once the watermark passes their end (as Spark's append-mode pane step
+    emits them), several per epoch; the end-of-stream watermark closes every window."""
+    slide = 2 * S
+    s = spec(k=k, size=2 * size_panes, slide=2)
+    by_pane: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    for p, key, n in rows:
+        by_pane[p * slide][key] += n
+    summed = [(p, key, n) for p, keys in by_pane.items() for key, n in keys.items()]
+    handle = FakeHandle()
+    processor = PaneProcessor(s)
+    processor.init(handle)  # type: ignore[arg-type]
+    epochs = []
+    for first in range(0, 14 * slide, epoch_panes * slide):
+        ends = first + epoch_panes * slide
+        batch = [r for r in summed if first <= r[0] < ends]
+        epochs.append((ends, as_input(batch)))
+    epochs.append((10**9, as_input([])))
+    assert drive(processor, handle, epochs) == brute_force(summed, s.size_ms, slide, k)
+    assert not handle.map.d, "panes outlive the windows that need them"
+
+
+def test_q5_is_fused_and_takes_the_rocksdb_store_while_other_queries_keep_the_default() -> None:
+    params = QueryParams()
+    for name, info in QUERIES.items():
+        plan = info.plan(params)
+        fused = bool(_fusions(plan))
+        assert fused == (name == "q5"), name
+        assert state_store_for(plan) == (ROCKSDB_STATE_STORE if fused else DEFAULT_STATE_STORE)
+
+
+@pytest.mark.parametrize(
+    ("window", "fn", "with_ties", "expected"),
+    [
+        (WindowSpec(10, 2), "count", True, True),
+        (WindowSpec(10, 10), "count", True, False),  # tumbling: no panes to fold
+        (WindowSpec(10, 2), "max_with_ties", True, False),
+        (WindowSpec(10, 2), "count", False, False),
+    ],
+)
+def test_fusable(window: WindowSpec, fn: str, with_ties: bool, expected: bool) -> None:
+    agg = WindowAggregate(("key",), window, (AggCall("num", fn, col("price") if fn != "count" else None),))
+    assert fusable(agg, TopK(1, "num", (), with_ties)) is expected
