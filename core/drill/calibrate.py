@@ -98,7 +98,7 @@ def offload_cost(plain: EpochCost, routed: EpochCost, share: float) -> float:
 
 PROBE_SCHEDULE = "30:2000-120000"  # a ramp: epochs of every size up to and past the VM's capacity
 PROBE_SHARE = 0.8  # the routed probe offloads this share
-PROBE_VERSION = 3  # part of the cache key: bump when how the probes run changes (2: routed warm-up; 3: C1 JIT, fused Q5)
+PROBE_VERSION = 3  # in the cache key: bump when the probes change (2: routed warm-up; 3: C1 JIT, fused Q5)
 
 
 @dataclass(frozen=True)
