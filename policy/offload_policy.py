@@ -15,6 +15,8 @@ engine the share of each epoch spent on records, which is what its CPU fails to 
   within the query's window slide (the recovery deadline);
 * the VMs keep the target rate; the rest is the offloaded share, carried by ceil(Eq. 3) Lambda
   workers (rho = a Lambda core's capacity in VM cores, profiled at start-up);
+* never offload when an offloaded record costs the VMs as much as a kept one (`offload_cost` >= 1,
+  measured by the drill's probes): the trigger is then NO_GAIN and the VMs need more VMs instead;
 * scale down with hysteresis: only after the input has fitted the VMs and the backlog has drained for
   `scale_down_hold_s` in a row, and never while catching up; then several rounds lower the share.
 """
@@ -35,6 +37,7 @@ INPUT_RATE = "input-rate"
 QUEUE_DELAY = "queue-delay"
 SCALE_DOWN = "scale-down"
 RELEASE = "release"
+NO_GAIN = "no-gain"  # a burst, but an offloaded record would cost the VMs as much as a kept one
 
 
 @dataclass(frozen=True)
@@ -53,7 +56,9 @@ class PolicyConfig:
     scale_down_hold_s: float = 5.0
     learn_rate: float = 0.2  # weight of a new stable sample in the per-core rate
     headroom: float = 1.1  # offload this much more than the arithmetic says (rates are noisy)
-    offload_cost: float = 0.0  # VM work an offloaded record still costs (routing, merging), in kept records
+    # VM work an offloaded record still costs (routing, merging), in kept records; at 1 or more
+    # offloading relieves nothing, and the policy keeps everything on the VMs (trigger NO_GAIN).
+    offload_cost: float = 0.0
 
     def __post_init__(self) -> None:
         if self.per_core_rate <= 0 or self.rho <= 0:
@@ -63,9 +68,9 @@ class PolicyConfig:
             )
         if not 0 < self.cpu_low < self.cpu_target < self.cpu_high <= 1:
             raise ConfigError("the CPU band must satisfy 0 < low < target < high <= 1")
-        if not 0 <= self.offload_cost < 1:
+        if not 0 <= self.offload_cost < float("inf"):
             raise ConfigError(
-                f"offload_cost must be in [0, 1), got {self.offload_cost}",
+                f"offload_cost must be a finite number >= 0, got {self.offload_cost}",
                 hint="it is the VM cost of an offloaded record relative to one kept on the VMs",
             )
         if not 0 < self.max_share <= 1 or self.max_workers < 1 or self.deadline_s <= 0:
@@ -127,7 +132,9 @@ class SpongePolicy:
         queued = max(obs.backlog - obs.input_rate * in_flight, 0.0)  # beyond the epoch in flight
         required = obs.input_rate + max(queued, excess) / cfg.deadline_s
         wanted = self._share_for(required, capacity)
-        if fired != HOLD and wanted > self.share:
+        if fired != HOLD and cfg.offload_cost >= 1:
+            fired = NO_GAIN
+        elif fired != HOLD and wanted > self.share:
             self._calm_since = None
             self._set(wanted, capacity, required)
         elif self.share > 0 and not overloaded and obs.queue_delay_s <= in_flight + cfg.deadline_s / 2:
@@ -154,7 +161,7 @@ class SpongePolicy:
         """The least share s with the VMs' load at the target: required x ((1 - s) + s x offload_cost)
         <= capacity, since an offloaded record still costs the VMs its routing and merging."""
         cfg = self.config
-        if required <= 0:
+        if required <= 0 or cfg.offload_cost >= 1:
             return 0.0
         share = (1.0 - capacity / (required * cfg.headroom)) / (1.0 - cfg.offload_cost)
         return min(cfg.max_share, max(0.0, share))

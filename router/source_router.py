@@ -95,8 +95,8 @@ class RouteOptions:
             raise ConfigError("the offload route needs the program, agent and secret_file options")
         if parsed.chunk_rows <= 0 or parsed.parallelism <= 0:
             raise ConfigError("chunk_rows and parallelism must be positive")
-        if not 0 <= parsed.offload_cost <= 1:
-            raise ConfigError(f"offload_cost must be within 0..1, got {parsed.offload_cost}")
+        if not 0 <= parsed.offload_cost < float("inf"):
+            raise ConfigError(f"offload_cost must be a finite number >= 0, got {parsed.offload_cost}")
         return parsed
 
     def batch_scale(self, share: float) -> float:

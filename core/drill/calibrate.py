@@ -25,6 +25,7 @@ import numpy as np
 
 from core.drill.latency import Epoch
 from core.errors import SpongeError
+from core.nexmark.schedule import RateSchedule
 from core.offload_plan import DEFAULT_OFFLOAD_COST
 
 TARGET_UTILISATION = 0.7
@@ -84,21 +85,44 @@ def offload_cost(plain: EpochCost, routed: EpochCost, share: float) -> float:
     """What an offloaded event still costs the VM, in kept events, from a probe offloading `share`.
 
     Per event the routed probe costs (1 - share) c + share k c, so k = (c_routed / c - (1 - share)) /
-    share; clipped to [0.1, 0.9] because a noisy probe must not make the policy think offloading is
-    free or useless. When the plain probe could not resolve a per-event cost there is nothing to
-    compare with, and the default stands.
+    share. It is floored at 0.1 (a noisy probe must not make offloading look free) but not capped:
+    k >= 1 says offloading this query adds no VM capacity (Q1 and Q8 here: only a stateless prefix is
+    offloaded and its output rows come back through the VM), and the policy then does not offload.
+    When the plain probe could not resolve a per-event cost there is nothing to compare with, and
+    the default stands.
     """
     if not 0 < share <= 1:
         raise SpongeError(f"the offload probe's share must be in (0, 1], got {share}")
     if plain.per_event_s <= 0:
         return DEFAULT_OFFLOAD_COST
     k = (routed.per_event_s / plain.per_event_s - (1.0 - share)) / share
-    return float(min(max(k, 0.1), 0.9))
+    return float(min(max(k, 0.1), MAX_OFFLOAD_COST))
 
 
-PROBE_SCHEDULE = "30:2000-120000"  # a ramp: epochs of every size up to and past the VM's capacity
+MAX_OFFLOAD_COST = 10.0  # beyond it the number only says "much worse"
+PROBE_SECONDS = 30
+PROBE_START = 2_000
+PROBE_TOP = 120_000  # the first ramp's top, events/s
+PROBE_SCHEDULE = f"{PROBE_SECONDS}:{PROBE_START}-{PROBE_TOP}"  # epochs of every size up to the VM's capacity
+PROBE_REACH = 0.8  # a fit whose capacity passes this share of its ramp's top was extrapolated
 PROBE_SHARE = 0.8  # the routed probe offloads this share
-PROBE_VERSION = 3  # in the cache key: bump when the probes change (2: routed warm-up; 3: C1 JIT, fused Q5)
+# In the cache key: bump when the probes change (2: routed warm-up; 3: C1 JIT, fused Q5; 4: the ramp
+# rises until it passes the capacity, and the offload cost is no longer capped at 0.9).
+PROBE_VERSION = 4
+
+
+def higher_ramp(cost: EpochCost, schedule: str, batch_cap: int) -> str | None:
+    """A steeper ramp when `cost` was fitted on one that never reached the VM's capacity, else None.
+
+    Why: below capacity the epochs stay small and the fit's slope is mostly the fixed cost's jitter, so
+    the stable rate it implies is a guess (measured: Q1's and Q8's first ramps topped at 120,000/s and
+    implied 207,000/s and 95,000/s, and a 3x burst on those rates saturated every policy).
+    """
+    top = RateSchedule.parse(schedule).segments[-1].rate_end
+    capacity = cost.capacity(batch_cap)
+    if capacity <= PROBE_REACH * top:
+        return None
+    return f"{PROBE_SECONDS}:{PROBE_START}-{int(round(1.5 * capacity, -3))}"
 
 
 @dataclass(frozen=True)
@@ -109,6 +133,7 @@ class Calibration:
     offload_cost: float
     plain: EpochCost | None = None
     routed: EpochCost | None = None
+    schedule: str = PROBE_SCHEDULE  # the ramp the probes ran
 
     @property
     def per_core_rate(self) -> float:
@@ -125,6 +150,8 @@ class Calibration:
         if self.plain is not None:
             parts.append(f"epochs {self.plain.fixed_s:.2f} s + {self.plain.per_event_s * 1e6:.2f} us/event")
         parts.append(f"an offloaded event costs the VM {self.offload_cost:.2f} of a kept one")
+        if self.offload_cost >= 1:
+            parts.append("offloading adds no VM capacity here, so sponge will not offload")
         return "; ".join(parts)
 
     def to_json(self) -> dict[str, object]:
@@ -133,6 +160,7 @@ class Calibration:
             "offload_cost": self.offload_cost,
             "plain": self.plain.to_json() if self.plain else None,
             "routed": self.routed.to_json() if self.routed else None,
+            "schedule": self.schedule,
         }
 
     @classmethod
@@ -140,4 +168,10 @@ class Calibration:
         def cost(x: dict | None) -> EpochCost | None:
             return EpochCost(**x) if x else None
 
-        return cls(float(d["rate"]), float(d["offload_cost"]), cost(d.get("plain")), cost(d.get("routed")))
+        return cls(
+            float(d["rate"]),
+            float(d["offload_cost"]),
+            cost(d.get("plain")),
+            cost(d.get("routed")),
+            d.get("schedule", PROBE_SCHEDULE),
+        )

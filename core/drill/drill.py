@@ -39,6 +39,7 @@ from core.drill.calibrate import (
     Calibration,
     EpochCost,
     fit,
+    higher_ramp,
     offload_cost,
 )
 from core.drill.patterns import BurstPattern, Trace
@@ -158,20 +159,31 @@ def calibrate(config: DrillConfig, status: Callable[[str], None]) -> Calibration
     elif config.stable_rate:  # set by hand: no probes, the default offload cost
         return Calibration(rate=config.stable_rate, offload_cost=DEFAULT_OFFLOAD_COST)
     else:
-        plain = _probe(config, "probe", 0.0, status)
-        found = Calibration(rate=round(plain.stable_rate(BATCH_CAP), -2), offload_cost=0.0, plain=plain)
+        schedule = PROBE_SCHEDULE
+        plain = _probe(config, "probe", 0.0, schedule, status)
+        steeper = higher_ramp(plain, schedule, BATCH_CAP)
+        if steeper is not None:
+            capacity = plain.capacity(BATCH_CAP)
+            status(f"the ramp stayed below the VM's capacity (~{capacity:,.0f}/s): probing again, steeper")
+            schedule = steeper
+            plain = _probe(config, "probe", 0.0, schedule, status)
+        found = Calibration(
+            rate=round(plain.stable_rate(BATCH_CAP), -2), offload_cost=0.0, plain=plain, schedule=schedule
+        )
     if found.routed is None and found.plain is not None and "sponge" in config.policies:
-        routed = _probe(config, "probe-offload", PROBE_SHARE, status)
+        routed = _probe(config, "probe-offload", PROBE_SHARE, found.schedule, status)
         found = replace(found, routed=routed, offload_cost=offload_cost(found.plain, routed, PROBE_SHARE))
         status(found.describe())
     cache.write_text(json.dumps({"key": key, "calibration": found.to_json()}))
     return replace(found, rate=config.stable_rate) if config.stable_rate else found
 
 
-def _probe(config: DrillConfig, name: str, share: float, status: Callable[[str], None]) -> EpochCost:
+def _probe(
+    config: DrillConfig, name: str, share: float, ramp: str, status: Callable[[str], None]
+) -> EpochCost:
     what = f"offloading {share:.0%}" if share else "on the VM alone"
-    status(f"probing the VM's epoch cost {what}: a paced ramp {PROBE_SCHEDULE} events/s ...")
-    schedule = RateSchedule.parse(PROBE_SCHEDULE)
+    status(f"probing the VM's epoch cost {what}: a paced ramp {ramp} events/s ...")
+    schedule = RateSchedule.parse(ramp)
     duration = sum(seg.duration_s for seg in schedule.segments)
     trace = Trace(name, schedule.segments[0].rate_start, duration, schedule, ())
     spec = replace(_spec(config, "probe", trace, 1.0), offload=share > 0, share=share)

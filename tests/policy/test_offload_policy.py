@@ -11,7 +11,15 @@ import pytest
 from core.errors import ConfigError
 from policy.decision_log import DecisionLog, replay
 from policy.monitor import Observation
-from policy.offload_policy import HOLD, INPUT_RATE, QUEUE_DELAY, RELEASE, PolicyConfig, SpongePolicy
+from policy.offload_policy import (
+    HOLD,
+    INPUT_RATE,
+    NO_GAIN,
+    QUEUE_DELAY,
+    RELEASE,
+    PolicyConfig,
+    SpongePolicy,
+)
 
 # One VM core carries 10,000 events/s at 100 % CPU, so 7,000/s at the 70 % target; a Lambda core is
 # worth rho = 2 VM cores.
@@ -131,7 +139,17 @@ def test_the_share_covers_what_offloaded_records_still_cost_the_vms() -> None:
     policy.decide(obs(0, 7_000))
     assert policy.decide(obs(1, 14_000, cpu=0.95)).share == pytest.approx(0.625)
     with pytest.raises(ConfigError, match="offload_cost"):
-        PolicyConfig(per_core_rate=10_000, rho=2.0, offload_cost=1.0)
+        PolicyConfig(per_core_rate=10_000, rho=2.0, offload_cost=-0.1)
+
+
+def test_a_burst_is_not_offloaded_when_an_offloaded_record_costs_the_vms_as_much_as_a_kept_one() -> None:
+    """offload_cost 1.4 (measured for Q8 here: its join stays on the VMs and the offloaded prefix's rows
+    come back): offloading would load the VMs more, so the policy says so and keeps the share at 0."""
+    policy = SpongePolicy(PolicyConfig(per_core_rate=10_000, rho=2.0, headroom=1.0, offload_cost=1.4))
+    policy.decide(obs(0, 7_000))
+    for t in range(1, 6):
+        d = policy.decide(obs(t, 21_000, backlog=20_000 * t, cpu=0.95))
+        assert (d.share, d.workers, d.trigger) == (0.0, 0, NO_GAIN)
 
 
 def test_the_epoch_utilisation_overrides_a_cpu_that_reads_busy_at_any_rate() -> None:

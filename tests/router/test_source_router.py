@@ -22,4 +22,4 @@ def test_an_offloaded_share_lets_an_epoch_cover_more_offsets_for_the_same_vm_wor
 
 def test_a_bad_offload_cost_is_refused() -> None:
     with pytest.raises(ConfigError, match="offload_cost"):
-        RouteOptions.parse({"route": "local", "offload_dir": "/tmp/x", "offload_cost": "2"})
+        RouteOptions.parse({"route": "local", "offload_dir": "/tmp/x", "offload_cost": "-1"})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.drill.calibrate import EpochCost, fit, offload_cost
+from core.drill.calibrate import Calibration, EpochCost, fit, higher_ramp, offload_cost
 from core.drill.latency import Epoch
 from core.errors import SpongeError
 from core.offload_plan import DEFAULT_OFFLOAD_COST
@@ -38,6 +38,22 @@ def test_the_offload_cost_is_in_kept_events() -> None:
     plain = EpochCost(1.0, 20e-6, 5)
     assert offload_cost(plain, EpochCost(1.2, 6e-6, 5), share=0.8) == pytest.approx(0.125)
     assert offload_cost(plain, EpochCost(1.2, 1e-6, 5), share=0.8) == 0.1  # noise never makes it free
+
+
+def test_an_offload_that_costs_the_vm_more_than_keeping_is_measured_not_capped() -> None:
+    """Q8 here: plain 0.63 us per event, routed (80 % offloaded) 3.5 us: 0.2 + 0.8 k = 5.56, k = 6.7."""
+    plain = EpochCost(1.34, 0.63e-6, 19)
+    assert offload_cost(plain, EpochCost(1.26, 3.5e-6, 14), share=0.8) == pytest.approx(6.69, abs=0.01)
+    assert "sponge will not offload" in Calibration(95_400, 6.69, plain).describe()
+
+
+def test_a_ramp_that_stayed_below_the_capacity_is_run_again_steeper() -> None:
+    """Q1's first ramp topped at 120,000/s but its fit implies 1 / 1.5 us = 667,000/s: the next ramp
+    goes to 1.5x that. A fit within the ramp (Q5: 84,000/s of 120,000) stands."""
+    q1 = EpochCost(0.38, 1.5e-6, 63)
+    assert higher_ramp(q1, "30:2000-120000", batch_cap=10**9) == "30:2000-1000000"
+    q5 = EpochCost(1.12, 11.9e-6, 40)
+    assert higher_ramp(q5, "30:2000-120000", batch_cap=10**9) is None
 
 
 def test_a_probe_that_cannot_be_fitted_says_what_to_do() -> None:
