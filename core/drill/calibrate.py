@@ -140,6 +140,11 @@ class Calibration:
         """Eq. 2's per-core rate at 100 %: the stable rate is the 70 % point."""
         return self.rate / TARGET_UTILISATION
 
+    @property
+    def offload_pays(self) -> bool:
+        """An offloaded event costs the VM less than a kept one, so offloading adds VM capacity."""
+        return self.offload_cost < 1
+
     def fixed_s(self, routed: bool = False) -> float | None:
         """The fixed epoch cost F of the plan a run executes (the routed plan reads two streams)."""
         cost = self.routed if routed and self.routed is not None else self.plain
@@ -150,7 +155,7 @@ class Calibration:
         if self.plain is not None:
             parts.append(f"epochs {self.plain.fixed_s:.2f} s + {self.plain.per_event_s * 1e6:.2f} us/event")
         parts.append(f"an offloaded event costs the VM {self.offload_cost:.2f} of a kept one")
-        if self.offload_cost >= 1:
+        if not self.offload_pays:
             parts.append("offloading adds no VM capacity here, so sponge will not offload")
         return "; ".join(parts)
 

@@ -116,10 +116,13 @@ def run_drill(config: DrillConfig, status: Callable[[str], None] = print) -> dic
         status(
             f"{policy}: {trace.events:,} events, {config.duration_s:g} s of {trace.pattern} on {rate:,.0f}/s"
         )
+        # Sponge runs the routed plan only when offloading pays; otherwise its policy watches the plain
+        # plan and logs each burst as no-gain (docs/adr/0011).
+        routed = policy == "sponge" and calibration.offload_pays
         spec = replace(
-            _spec(config, policy, trace, per_core),
+            _spec(config, policy, trace, per_core, routed),
             offload_cost=calibration.offload_cost,
-            epoch_fixed_s=calibration.fixed_s(routed=policy == "sponge"),
+            epoch_fixed_s=calibration.fixed_s(routed=routed),
         )
         result = _run_child(spec, config.report / policy, status)
         runs.append(_summarise(config, policy, trace, result, reference))
@@ -186,12 +189,13 @@ def _probe(
     schedule = RateSchedule.parse(ramp)
     duration = sum(seg.duration_s for seg in schedule.segments)
     trace = Trace(name, schedule.segments[0].rate_start, duration, schedule, ())
-    spec = replace(_spec(config, "probe", trace, 1.0), offload=share > 0, share=share)
+    spec = replace(_spec(config, "probe", trace, 1.0, routed=share > 0), share=share)
     result = _run_child(spec, config.report / name, status)
     return fit([latency.Epoch(**e) for e in result["epochs"]])
 
 
-def _spec(config: DrillConfig, policy: str, trace: Trace, per_core: float) -> PolicyRun:
+def _spec(config: DrillConfig, policy: str, trace: Trace, per_core: float, routed: bool) -> PolicyRun:
+    """The child's run; `routed` runs the plan with router and merge operators (sponge, or a probe)."""
     over = policy == "over"
     vm_cpus = sorted({*config.vm_cpus, *config.worker_cpus}) if over else list(config.vm_cpus)
     vms = policy in VM_SCALING
@@ -205,11 +209,11 @@ def _spec(config: DrillConfig, policy: str, trace: Trace, per_core: float) -> Po
         master="standalone" if vms else f"local[{2 * len(vm_cpus)},4]",
         vm_cpus=vm_cpus,
         worker_cpus=list(config.worker_cpus),
-        offload=policy == "sponge",
+        offload=routed,
         target=config.target,
         controlled=policy == "sponge" or vms,  # vmbase/vminit: the policy's trigger, no plan published
         max_workers=config.max_workers,
-        prewarm=config.max_workers if policy == "sponge" else 0,
+        prewarm=config.max_workers if routed and policy == "sponge" else 0,
         per_core_rate=per_core,
         rho=DEFAULT_RHO.get(config.query, 5.0),
         deadline_s=float(config.window_slide_s),

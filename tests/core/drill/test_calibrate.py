@@ -44,7 +44,9 @@ def test_an_offload_that_costs_the_vm_more_than_keeping_is_measured_not_capped()
     """Q8 here: plain 0.63 us per event, routed (80 % offloaded) 3.5 us: 0.2 + 0.8 k = 5.56, k = 6.7."""
     plain = EpochCost(1.34, 0.63e-6, 19)
     assert offload_cost(plain, EpochCost(1.26, 3.5e-6, 14), share=0.8) == pytest.approx(6.69, abs=0.01)
+    assert not Calibration(95_400, 6.69, plain).offload_pays
     assert "sponge will not offload" in Calibration(95_400, 6.69, plain).describe()
+    assert Calibration(59_100, 0.22, plain).offload_pays
 
 
 def test_a_ramp_that_stayed_below_the_capacity_is_run_again_steeper() -> None:

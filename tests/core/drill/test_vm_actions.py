@@ -176,9 +176,9 @@ def test_sfbase_is_refused_with_why_and_where_it_is_modelled() -> None:
         drill.DrillConfig(policies=("vmbase",), vm_launch_delay_s=-1.0)
     config = drill.DrillConfig(policies=("noscaling", "vmbase", "vminit"), vm_launch_delay_s=3.0)
     trace = BurstPattern.parse(config.pattern).trace(10_000.0, config.duration_s, config.lead_s)
-    vmbase = drill._spec(config, "vmbase", trace, 1.0)
-    vminit = drill._spec(config, "vminit", trace, 1.0)
-    local = drill._spec(config, "noscaling", trace, 1.0)
+    vmbase = drill._spec(config, "vmbase", trace, 1.0, routed=False)
+    vminit = drill._spec(config, "vminit", trace, 1.0, routed=False)
+    local = drill._spec(config, "noscaling", trace, 1.0, routed=False)
     assert vmbase.standalone and vmbase.controlled and not vmbase.offload and vmbase.vms_on_burst == 1
     assert vmbase.vm_launch_delay_s == 3.0 and vmbase.warm_vms == 0 and vminit.warm_vms == 1
     assert not local.standalone and local.master.startswith("local[")
