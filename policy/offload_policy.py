@@ -132,8 +132,8 @@ class SpongePolicy:
         queued = max(obs.backlog - obs.input_rate * in_flight, 0.0)  # beyond the epoch in flight
         required = obs.input_rate + max(queued, excess) / cfg.deadline_s
         wanted = self._share_for(required, capacity)
-        if fired != HOLD and cfg.offload_cost >= 1:
-            fired = NO_GAIN
+        if fired != HOLD and cfg.offload_cost >= 1 and required * cfg.headroom > capacity:
+            fired = NO_GAIN  # the VMs need relief that offloading cannot give
         elif fired != HOLD and wanted > self.share:
             self._calm_since = None
             self._set(wanted, capacity, required)

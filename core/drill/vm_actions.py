@@ -7,9 +7,10 @@ decision. Both rules here are `PolicyLoop.vm_action`s and talk to the pool throu
 fits.
 
 * `ScaleOnBurst` is VMBase and VMInit: the burst is detected exactly as Sponge detects it (a decision
-  whose trigger is not "hold" and whose share is > 0 means "the VMs are overloaded"), but instead of
-  offloading, the pool is asked for VMs, once. VMBase's VMs boot for the launch delay; VMInit's were
-  initialised in advance, so only the executor start and the migration of tasks and state are paid.
+  whose trigger is not "hold" and whose share is > 0, or whose trigger is "no-gain", means "the VMs
+  are overloaded"), but instead of offloading, the pool is asked for VMs, once. VMBase's VMs boot for
+  the launch delay; VMInit's were initialised in advance, so only the executor start and the
+  migration of tasks and state are paid.
   No scale-in within a drill: the paper's VMBase and VMInit keep the VMs they bought for the rest of
   the run, and a drill ends a few tens of seconds after its burst.
 * `PersistentVms` is Sponge's own persistent-burst rule (policy/persistent_burst.py, ADR 0007): it
@@ -25,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from policy.monitor import Observation
-from policy.offload_policy import HOLD, Decision
+from policy.offload_policy import HOLD, NO_GAIN, Decision
 
 
 class Pool(Protocol):
@@ -38,8 +39,11 @@ class Pool(Protocol):
 
 
 def overloaded(decision: Decision | None) -> bool:
-    """Sponge's burst trigger: a signal fired and the policy wants part of the load off the VMs."""
-    return decision is not None and decision.trigger != HOLD and decision.share > 0
+    """Sponge's burst trigger: a signal fired and the policy wants part of the load off the VMs, or
+    would want it if offloading paid for this query (NO_GAIN)."""
+    if decision is None:
+        return False
+    return decision.trigger == NO_GAIN or (decision.trigger != HOLD and decision.share > 0)
 
 
 @dataclass
@@ -62,7 +66,9 @@ class ScaleOnBurst:
                 "t": round(obs.t, 3),
                 "add": self.vms,
                 "release": 0,
-                "reason": f"overloaded ({decision.trigger}, the policy would offload {decision.share:.0%})",
+                "reason": f"overloaded ({decision.trigger}, the policy would offload {decision.share:.0%})"
+                if decision.trigger != NO_GAIN
+                else "overloaded (no-gain: offloading would not relieve the VMs)",
                 "call_ms": round((time.perf_counter() - started) * 1000.0, 1),
             }
         )

@@ -150,6 +150,7 @@ def test_a_burst_is_not_offloaded_when_an_offloaded_record_costs_the_vms_as_much
     for t in range(1, 6):
         d = policy.decide(obs(t, 21_000, backlog=20_000 * t, cpu=0.95))
         assert (d.share, d.workers, d.trigger) == (0.0, 0, NO_GAIN)
+    assert policy.decide(obs(6, 7_000)).trigger == HOLD  # within capacity: nothing to say
 
 
 def test_the_epoch_utilisation_overrides_a_cpu_that_reads_busy_at_any_rate() -> None:

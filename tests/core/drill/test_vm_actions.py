@@ -19,7 +19,7 @@ from core.errors import ConfigError
 from policy.cost_model import PersistentBurstConfig, Prices, vm_cost_usd
 from policy.loop import PolicyLoop
 from policy.monitor import Observation, ProcessTreeCpu
-from policy.offload_policy import Decision
+from policy.offload_policy import NO_GAIN, Decision
 from policy.persistent_burst import PersistentBurstRule
 
 
@@ -64,6 +64,7 @@ def test_vmbase_asks_once_at_the_first_decision_that_would_offload() -> None:
     action = ScaleOnBurst(pool, vms=1, launch_delay_s=25.0)
     assert not overloaded(None) and not overloaded(decision(1, 0.0, "hold"))
     assert not overloaded(decision(1, 0.0, "cpu"))  # a signal with nothing to offload is not a burst
+    assert overloaded(decision(1, 0.0, NO_GAIN))  # a burst that offloading cannot relieve still is one
     assert not overloaded(decision(1, 0.3, "hold"))  # still offloading, no signal: the burst was seen
     action(obs(1), decision(1, 0.0, "hold"))
     action(obs(2), None)
