@@ -16,7 +16,7 @@ engine the share of each epoch spent on records, which is what its CPU fails to 
 * the VMs keep the target rate; the rest is the offloaded share, carried by ceil(Eq. 3) Lambda
   workers (rho = a Lambda core's capacity in VM cores, profiled at start-up);
 * never offload when an offloaded record costs the VMs as much as a kept one (`offload_cost` >= 1,
-  measured by the drill's probes): the trigger is then NO_GAIN and the VMs need more VMs instead;
+  measured by the drill's probes): the trigger is then NO_GAIN, and only more VMs can help;
 * scale down with hysteresis: only after the input has fitted the VMs and the backlog has drained for
   `scale_down_hold_s` in a row, and never while catching up; then several rounds lower the share.
 """

@@ -13,9 +13,11 @@ and react to its trigger by asking for a VM instead of offloading: VMBase's boot
 
 The stable rate is chosen so the VM side runs at ~70 % load, measured as the share of each epoch
 spent on records rather than as CPU (core/drill/calibrate.py says why): a paced ramp fits the epoch
-cost T = F + c n, and the stable rate is 0.7 / c. A second ramp offloading a fixed share gives what an
-offloaded event still costs the VM (the policy's offload_cost). Both are kept in the report directory
-and reused for the same query and window.
+cost T = F + c n (run again, steeper, when it never reached the VM's capacity), and the stable rate is
+0.7 / c. A second ramp offloading a fixed share gives what an offloaded event still costs the VM (the
+policy's offload_cost); when that is a kept event's cost or more, sponge runs the plain plan and its
+policy logs bursts as no-gain (docs/adr/0011). Both are kept in the report directory and reused for
+the same query and window.
 """
 
 from __future__ import annotations
