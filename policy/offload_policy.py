@@ -40,6 +40,11 @@ RELEASE = "release"
 NO_GAIN = "no-gain"  # a burst, but an offloaded record would cost the VMs as much as a kept one
 
 
+def offload_pays(offload_cost: float) -> bool:
+    """An offloaded record costs the VMs less than a kept one, so offloading adds VM capacity."""
+    return offload_cost < 1
+
+
 @dataclass(frozen=True)
 class PolicyConfig:
     """The policy's knobs; `per_core_rate` and `rho` come from the start-up profile."""
@@ -132,7 +137,7 @@ class SpongePolicy:
         queued = max(obs.backlog - obs.input_rate * in_flight, 0.0)  # beyond the epoch in flight
         required = obs.input_rate + max(queued, excess) / cfg.deadline_s
         wanted = self._share_for(required, capacity)
-        if fired != HOLD and cfg.offload_cost >= 1 and required * cfg.headroom > capacity:
+        if fired != HOLD and not offload_pays(cfg.offload_cost) and required * cfg.headroom > capacity:
             fired = NO_GAIN  # the VMs need relief that offloading cannot give
         elif fired != HOLD and wanted > self.share:
             self._calm_since = None
@@ -161,7 +166,7 @@ class SpongePolicy:
         """The least share s with the VMs' load at the target: required x ((1 - s) + s x offload_cost)
         <= capacity, since an offloaded record still costs the VMs its routing and merging."""
         cfg = self.config
-        if required <= 0 or cfg.offload_cost >= 1:
+        if required <= 0 or not offload_pays(cfg.offload_cost):
             return 0.0
         share = (1.0 - capacity / (required * cfg.headroom)) / (1.0 - cfg.offload_cost)
         return min(cfg.max_share, max(0.0, share))

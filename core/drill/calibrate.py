@@ -27,6 +27,7 @@ from core.drill.latency import Epoch
 from core.errors import SpongeError
 from core.nexmark.schedule import RateSchedule
 from core.offload_plan import DEFAULT_OFFLOAD_COST
+from policy.offload_policy import offload_pays
 
 TARGET_UTILISATION = 0.7
 SKIP_EPOCHS = 2  # the first epochs of a query pay for planning and code generation
@@ -142,8 +143,7 @@ class Calibration:
 
     @property
     def offload_pays(self) -> bool:
-        """An offloaded event costs the VM less than a kept one, so offloading adds VM capacity."""
-        return self.offload_cost < 1
+        return offload_pays(self.offload_cost)
 
     def fixed_s(self, routed: bool = False) -> float | None:
         """The fixed epoch cost F of the plan a run executes (the routed plan reads two streams)."""
