@@ -9,6 +9,8 @@ stateless operators and stops
   partial states, and the VM's aggregate folds them in with its own records (kind "partial");
 * before any other operator (a join, a top-k, a sink, a non-mergeable aggregate) or a fan-out:
   workers return the chain's output rows, which join the VM's rows of the same chain (kind "rows").
+  A rows chain that feeds the sink alone (`to_sink`) needs nothing more from the VM: its rows go
+  straight into the output (core/direct_sink.py).
 
 The joins of Q3, Q4, Q6 and Q8 keep their state on the VMs: only their stateless upstream work
 is offloaded. The chain's node ids name the transient program (lambda_worker/program.py).
@@ -19,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from core.expr import Col
-from core.plan import WINDOW, Filter, FlatMap, KeyBy, LogicalPlan, Map, Source, WindowAggregate
+from core.plan import WINDOW, Filter, FlatMap, KeyBy, LogicalPlan, Map, Sink, Source, WindowAggregate
 
 ROWS = "rows"
 PARTIAL = "partial"
@@ -42,6 +44,7 @@ class OffloadChain:
     node_ids: tuple[str, ...]
     kind: str
     event_time: str | None
+    to_sink: bool = False
 
     @property
     def last(self) -> str:
@@ -99,7 +102,14 @@ def chain_for(plan: LogicalPlan, source_id: str) -> OffloadChain | None:
         current = nxt
     if not ids:
         return None
-    return OffloadChain(source_id, src.entity, tuple(ids), kind, event_time)
+    outs = plan.out_edges(ids[-1])
+    to_sink = (
+        kind == ROWS
+        and len(outs) == 1
+        and isinstance(plan.node(outs[0].dst).op, Sink)
+        and len(plan.in_edges(outs[0].dst)) == 1
+    )
+    return OffloadChain(source_id, src.entity, tuple(ids), kind, event_time, to_sink)
 
 
 def offload_chains(plan: LogicalPlan) -> list[OffloadChain]:

@@ -23,6 +23,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from core.direct_sink import committed_chunk_files
 from core.errors import InputError
 from core.sink_log import committed_files, has_sink_log
 
@@ -298,7 +299,8 @@ def read_results(path: str | Path, schema: pa.Schema | None = None) -> pa.Table:
     """Read every parquet file under the directory `path` into one table (order is not meaningful).
 
     A streaming file sink's output is read through its log (core/sink_log.py): only the files of
-    committed epochs count, as for Spark's own readers.
+    committed epochs count, as for Spark's own readers; so do the workers' files written beside it
+    (core/direct_sink.py).
 
     A directory without data files yields an empty table: with `schema` when given (a streaming query
     that produced no rows may write no file at all), else with no columns. A single file path is read
@@ -311,6 +313,7 @@ def read_results(path: str | Path, schema: pa.Schema | None = None) -> pa.Table:
         files = [root]
     else:
         files = committed_files(root) if has_sink_log(root) else _parquet_files(root)
+        files += committed_chunk_files(root)
     if not files:
         return schema.empty_table() if schema is not None else pa.table({})
     tables = [pq.read_table(f).replace_schema_metadata(None) for f in files]

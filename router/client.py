@@ -104,11 +104,13 @@ class AgentClient:
         data: pa.Table | pa.RecordBatch,
         *,
         timeout_s: float | None = None,
+        sink_file: str = "",
     ) -> OffloadResult:
         """Run `data` through `program` on the fleet (or in the agent); the same key gives the same answer.
 
         Survives an agent restart and a slow chunk by asking again (module doc); `timeout_s` overrides
-        the client's per-call timeout.
+        the client's per-call timeout. With `sink_file` the agent writes the output there
+        (core/direct_sink.py) and the result's table is empty.
         """
         pid = program.program_id
         payload = encode(data, self.compression)
@@ -121,6 +123,7 @@ class AgentClient:
                 program_id=pid,
                 payload=payload,
                 program="" if pid in self._known else program.dumps(),
+                sink_file=sink_file,
             )
 
         reply = self._offload_retrying(request, timeout_s, resendable=True)
@@ -130,7 +133,7 @@ class AgentClient:
                 "the agent's reply failed its checksum", error_type="CorruptReply", code="DATA_LOSS"
             )
         return OffloadResult(
-            decode(reply.payload),
+            decode(reply.payload) if reply.payload else pa.table({}),
             reply.worker_id,
             reply.ran_locally,
             reply.redispatches,

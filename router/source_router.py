@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
+from core.direct_sink import chunk_file
 from core.errors import ConfigError
 from core.nexmark.schema import END_OF_STREAM_TIME_US, ENTITIES, TIMESTAMP, schema_for
 from core.offload_plan import DEFAULT_OFFLOAD_COST, record_units
@@ -52,8 +53,9 @@ class RouteOptions:
     """How one routed source stream reads: which share it keeps and where offloaded chunks go.
 
     `event_time` names the offload stream's column that carries event time (the heartbeat sets it;
-    window_start for partial states); None when the chain's output drops it. `fail_share` and
-    `fault_dir` inject task failures.
+    window_start for partial states); None when the chain's output drops it. `direct_sink`, when set,
+    is the query's output directory, where the agent writes the chain's rows (core/direct_sink.py)
+    instead of returning them. `fail_share` and `fault_dir` inject task failures.
     """
 
     route: str
@@ -68,6 +70,7 @@ class RouteOptions:
     fault_dir: str = ""
     request_timeout_s: float = 600.0
     offload_cost: float = DEFAULT_OFFLOAD_COST
+    direct_sink: str = ""
 
     @classmethod
     def parse(cls, opts: Mapping[str, str]) -> RouteOptions | None:
@@ -90,6 +93,7 @@ class RouteOptions:
             fail_share=float(opts.get("fail_share", "0")),
             fault_dir=opts.get("fault_dir", ""),
             offload_cost=float(opts.get("offload_cost", DEFAULT_OFFLOAD_COST)),
+            direct_sink=opts.get("direct_sink", ""),
         )
         if route == OFFLOAD and not (parsed.program and parsed.agent and parsed.secret_file):
             raise ConfigError("the offload route needs the program, agent and secret_file options")
@@ -204,7 +208,7 @@ def read_routed(
         tables = (
             [pa.Table.from_batches([records])]
             if route.route == LOCAL
-            else _offload(route, start, end, records, segments)
+            else _offload(route, entity, start, end, records, segments)
         )
         for table in tables:
             if table.num_rows:
@@ -237,10 +241,15 @@ def _client(route: RouteOptions) -> AgentClient:
 
 
 def _offload(
-    route: RouteOptions, start: int, end: int, records: pa.RecordBatch, segments: tuple[Segment, ...]
+    route: RouteOptions,
+    entity: str,
+    start: int,
+    end: int,
+    records: pa.RecordBatch,
+    segments: tuple[Segment, ...],
 ) -> list[pa.Table]:
     """Send the task's offloaded records in chunks, as many at a time as the plans have workers (at
-    most `parallelism`); results in chunk order.
+    most `parallelism`); results in chunk order (empty when the agent writes them to the sink).
 
     A chunk is keyed by (range start, range end, sequence, program): a retried task asks for the
     same keys and gets the agent's cached answers.
@@ -251,7 +260,8 @@ def _offload(
     chunks = [records.slice(i, route.chunk_rows) for i in range(0, n, route.chunk_rows)]
 
     def one(seq: int) -> pa.Table:
-        return client.offload(start, end, seq, spec, chunks[seq]).table
+        sink = str(chunk_file(Path(route.direct_sink), entity, start, end, seq)) if route.direct_sink else ""
+        return client.offload(start, end, seq, spec, chunks[seq], sink_file=sink).table
 
     if len(chunks) == 1:
         return [one(0)]

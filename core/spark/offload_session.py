@@ -76,6 +76,7 @@ class OffloadConfig:
 class OffloadSession:
     def __init__(self, config: OffloadConfig, output: Path, query: str, params: QueryParams) -> None:
         self.config = config
+        self.out = output
         self.dir = output / OFFLOAD_DIR
         self.fault_dir = self.dir / FAULT_DIR
         self.query = query
@@ -228,6 +229,7 @@ class OffloadSession:
                 "event_time": time_column or "",
                 "chunk_rows": str(self.config.chunk_rows),
                 "parallelism": str(self.config.workers),
+                "direct_sink": str(self.out) if chain.to_sink else "",
                 **self._common(),
             }
             df = generated_stream(spark, run_config, chain.entity, pace_origin, options)

@@ -20,7 +20,9 @@ Routed reads (router/source_router.py, ADR 0005): with route=local the stream ke
 routing log leaves on the VMs; with route=offload it sends the others through the VM agent and yields
 what the workers return. Options: route ("none" | "local" | "offload"), offload_dir (the routing
 log and current plan), and for offload: program (ProgramSpec JSON), agent (host:port), secret_file,
-event_time, chunk_rows, parallelism; fail_share and fault_dir inject task failures.
+event_time, chunk_rows, parallelism, direct_sink (the output directory, when the agent writes the
+chain's rows there: the stream's offsets then carry a `direct_sink` tag); fail_share and fault_dir
+inject task failures.
 
 The reader supports Trigger.AvailableNow (the target is fixed when Spark prepares the trigger): it
 then runs as many micro-batches as needed plus the final no-data batch that closes the windows.
@@ -36,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
+from core.direct_sink import DIRECT_SINK_TAG
 from core.errors import ConfigError
 from core.nexmark.schedule import RateSchedule
 from core.nexmark.schema import check_entity, spark_ddl
@@ -177,8 +180,16 @@ class NexmarkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._latest = 0  # highest offset handed out so far, so pacing never moves backwards
         self._target: int | None = None  # Trigger.AvailableNow's fixed end, if any
 
+    def _offset(self, event: int) -> dict:
+        """An offset; a stream whose rows the agent writes to the sink says so, for the readers that
+        decide which of those rows committed (core/direct_sink.py)."""
+        route = self.options.route
+        if route is not None and route.direct_sink:
+            return {"event": event, DIRECT_SINK_TAG: self.options.entity}
+        return {"event": event}
+
     def initialOffset(self) -> dict:
-        return {"event": 0}
+        return self._offset(0)
 
     def released(self) -> int:
         """Offsets available now: all of them unpaced; paced, events due by the wall clock (+ punctuation)."""
@@ -206,7 +217,7 @@ class NexmarkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end = min(end, first + limit.max_rows)  # rows <= events, so this respects the row cap
         end = max(end, first)
         self._latest = max(self._latest, end)
-        return {"event": end}
+        return self._offset(end)
 
     def _batch_cap(self) -> int:
         """The most offsets one epoch covers: max_events_per_batch, more while a share is offloaded."""
@@ -219,7 +230,7 @@ class NexmarkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return int(cap * route.batch_scale(read_current_plan(route.offload_dir).share))
 
     def reportLatestOffset(self) -> dict:
-        return {"event": max(self.released(), self._latest)}
+        return self._offset(max(self.released(), self._latest))
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = max(self.released(), self._latest)

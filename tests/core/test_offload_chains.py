@@ -20,6 +20,15 @@ def test_stateless_queries_offload_their_whole_chain() -> None:
     assert _chains("q2") == [("bid", ("filter1", "map2"), ROWS, None)]  # q2's map drops date_time
 
 
+def test_only_rows_chains_that_feed_the_sink_alone_write_to_it() -> None:
+    def to_sink(query: str) -> list[bool]:
+        return [c.to_sink for c in offload_chains(get_query(query).plan(QueryParams()))]
+
+    assert to_sink("q1") == [True] and to_sink("q2") == [True]
+    assert to_sink("q5") == [False]  # partial states: the VM merges them
+    assert to_sink("q8") == [False, False]  # rows that feed a join
+
+
 def test_mergeable_aggregates_end_a_partial_chain() -> None:
     assert _chains("q5") == [("bid", ("map1", "key_by2", "window_aggregate3"), PARTIAL, "date_time")]
     assert _chains("q7") == [("bid", ("key_by1", "window_aggregate2"), PARTIAL, "date_time")]

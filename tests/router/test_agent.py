@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from lambda_worker.arrow_ipc import encode
@@ -54,6 +55,21 @@ def test_a_retried_offload_returns_the_cached_result_without_recomputation(make_
         assert client.offload(5, 2, 10, Q5, data).cached is False  # another key is computed
         s = client.stats()
     assert s[stats.CHUNKS_SUBMITTED] == 2 and s[stats.CHUNKS_DISPATCHED] == 2 and s[stats.CACHE_HITS] == 4
+
+
+def test_an_offload_with_a_sink_file_writes_the_rows_there_once(make_agent, secret, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    agent = make_agent(ThreadInvoker())
+    data = bids(20_000)
+    sink = tmp_path / "out" / "_offloaded" / "bid-1-2-3.parquet"
+    with AgentClient(agent.address, secret) as client:
+        first = client.offload(1, 2, 3, Q5, data, sink_file=str(sink))
+        assert first.table.num_rows == 0 and first.payload_bytes == 0 and first.rows_out > 0
+        written = pq.read_table(sink)
+        assert sorted_rows(written) == sorted_rows(Q5.compile().run_table(data))
+        assert written.num_rows == first.rows_out
+        retry = client.offload(1, 2, 3, Q5, data, sink_file=str(sink))
+        assert retry.cached and pq.read_table(sink).equals(written)
+    assert [p.name for p in sink.parent.iterdir()] == [sink.name]  # no temporary left behind
 
 
 def test_without_a_fleet_chunks_run_in_the_agent(make_agent, secret) -> None:  # type: ignore[no-untyped-def]

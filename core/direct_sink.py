@@ -1,0 +1,85 @@
+"""Rows a worker's chain writes straight into the query's output, beside Spark's own files.
+
+Why: when a stateless chain ends at the sink (Q1, Q2), the rows it returns need nothing more from
+Spark. Sending them back through the agent, the Spark task and the JVM's Parquet writer cost the VM
+~8x what computing them there did (ADR 0011), so offloading could never pay. Instead the VM agent
+writes each chunk's output as one Parquet file under `<output>/_offloaded/`, and the Spark task
+yields only its heartbeat (ADR 0012).
+
+Exactly once without Spark's sink log: a chunk's file is named by what fixes its content (entity,
+the task's offset range, the chunk's sequence), and that content is deterministic, because the
+routing log fixes each offset's plan at its first planning. A retried task or a re-run epoch writes
+the same file again (atomically, by rename). A file counts once the epoch covering its range has
+committed: the offload stream tags its offsets with `DIRECT_SINK_TAG`, and a reader keeps the
+files whose range ends at or below that stream's offset in the checkpoint's last committed epoch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from core.errors import InputError
+
+OFFLOADED_DIR = "_offloaded"  # under the output directory; the leading "_" hides it from Spark
+DIRECT_SINK_TAG = "direct_sink"  # offset key of an offload stream whose rows go straight to the sink
+CHECKPOINT_DIR = "_checkpoint"
+_NAME = re.compile(r"^(?P<entity>[a-z]+)-(?P<start>\d+)-(?P<end>\d+)-(?P<seq>\d+)\.parquet$")
+
+
+def chunk_file(output: Path, entity: str, start: int, end: int, seq: int) -> Path:
+    """Where the output of chunk `seq` of the task over offsets [start, end) of `entity` goes."""
+    return output / OFFLOADED_DIR / f"{entity}-{start:012d}-{end:012d}-{seq:06d}.parquet"
+
+
+def write_chunk(path: Path, table: pa.Table) -> None:
+    """Write `table` to `path` atomically: readers see the whole file or none of it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        pq.write_table(table.replace_schema_metadata(None), tmp, compression="snappy")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def committed_chunk_files(output: Path) -> list[Path]:
+    """The chunk files under `output` whose epochs committed, sorted; none without `_offloaded`."""
+    chunks = output / OFFLOADED_DIR
+    if not chunks.is_dir():
+        return []
+    committed = committed_ends(output / CHECKPOINT_DIR)
+    files = []
+    for f in chunks.iterdir():
+        m = _NAME.match(f.name)
+        if m and int(m["end"]) <= committed.get(m["entity"], -1):
+            files.append(f)
+    return sorted(files)
+
+
+def committed_ends(checkpoint: Path) -> dict[str, int]:
+    """Entity -> end offset of its direct-sink stream in the last committed epoch of `checkpoint`."""
+    commits = checkpoint / "commits"
+    if not commits.is_dir():
+        raise InputError(
+            f"{checkpoint.parent} has workers' output in {OFFLOADED_DIR}/ but no checkpoint to say "
+            "which of it committed",
+            hint=f"keep {CHECKPOINT_DIR}/ with the output, or run the query again",
+        )
+    batches = [int(f.name) for f in commits.iterdir() if f.name.isdigit()]
+    if not batches:
+        return {}
+    offsets = checkpoint / "offsets" / str(max(batches))
+    lines = offsets.read_text().splitlines()
+    ends: dict[str, int] = {}
+    for line in lines[2:]:  # "v1", the batch's metadata, then one offset per source
+        offset = json.loads(line) if line.strip().startswith("{") else {}
+        if DIRECT_SINK_TAG in offset:
+            ends[offset[DIRECT_SINK_TAG]] = int(offset["event"])
+    return ends
