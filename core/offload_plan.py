@@ -298,6 +298,12 @@ def record_units(record_ids: np.ndarray) -> np.ndarray:
     return (h >> _U64(11)).astype(np.float64) * (1.0 / (1 << 53))
 
 
+def expected_offloaded_share(plan: OffloadPlan) -> float:
+    """The share of records `plan` sends to the workers, in expectation (key groups as uniform)."""
+    groups = len(plan.key_groups) / KEY_GROUPS
+    return plan.share + (1.0 - plan.share) * groups
+
+
 def offloaded_mask(
     plan: OffloadPlan,
     keys: pa.Array | pa.ChunkedArray | pa.Table | np.ndarray | None,

@@ -42,6 +42,7 @@ from core.direct_sink import DIRECT_SINK_TAG
 from core.errors import ConfigError
 from core.nexmark.schedule import RateSchedule
 from core.nexmark.schema import check_entity, spark_ddl
+from router.source_router import OFFLOAD as OFFLOAD_ROUTE
 from router.source_router import RouteOptions
 
 if TYPE_CHECKING:
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
 
 SOURCE_NAME = "nexmark"
 PACES = ("none", "arrival")
+MAX_TASK_STRETCH = 16  # a routed task covers at most this many times events_per_partition offsets
 
 
 @dataclass(frozen=True)
@@ -129,6 +131,28 @@ def event_ranges(start: int, end: int, step: int, events: int, punctuate: bool) 
         EventRange(lo, min(lo + step, end), punctuate and lo <= events < min(lo + step, end))
         for lo in range(start, end, step)
     ]
+
+
+def routed_step(
+    events_per_partition: int, route: str, segments: Sequence[Segment], start: int, end: int
+) -> int:
+    """Offsets per task of a routed stream: enough that a task keeps ~`events_per_partition` records.
+
+    Why: a Spark task of a Python source costs ~0.1 s whatever it holds (measured, ADR 0012), so at a
+    high share the VM stream's tasks of heartbeats alone cost more than its records. The share comes
+    from the routing log's segments, never the current plan: a re-run epoch must split its offsets
+    exactly as the first attempt did, because the workers' sink files are named by task range.
+    """
+    from core.offload_plan import expected_offloaded_share
+
+    covered = 0.0
+    for i, seg in enumerate(segments):
+        lo = max(seg.start, start)
+        hi = min(segments[i + 1].start if i + 1 < len(segments) else end, end)
+        covered += max(0, hi - lo) * expected_offloaded_share(seg.plan)
+    share = covered / (end - start) if end > start else 0.0
+    kept = share / 2 if route == OFFLOAD_ROUTE else 1.0 - share
+    return max(1, int(events_per_partition / max(kept, 1.0 / MAX_TASK_STRETCH)))
 
 
 def read_range(options: SourceOptions, partition: EventRange) -> Iterator[pa.RecordBatch]:
@@ -237,17 +261,17 @@ class NexmarkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         opts = self.options
-        ranges = event_ranges(
-            int(start["event"]), int(end["event"]), opts.events_per_partition, opts.events, punctuate=True
-        )
         if opts.route is None:
-            return ranges
+            return event_ranges(
+                int(start["event"]), int(end["event"]), opts.events_per_partition, opts.events, punctuate=True
+            )
         from router.routing_log import RoutingLog, covering, read_current_plan
 
+        lo, hi = int(start["event"]), int(end["event"])
         log = RoutingLog(opts.route.offload_dir, opts.entity)
-        segments = log.plan_range(
-            int(start["event"]), int(end["event"]), read_current_plan(opts.route.offload_dir)
-        )
+        segments = log.plan_range(lo, hi, read_current_plan(opts.route.offload_dir))
+        step = routed_step(opts.events_per_partition, opts.route.route, segments, lo, hi)
+        ranges = event_ranges(lo, hi, step, opts.events, punctuate=True)
         return [replace(r, segments=covering(segments, r.start, r.end)) for r in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

@@ -19,6 +19,7 @@ from core.errors import ConfigError
 from core.nexmark.generator import GeneratorConfig, generate
 from core.nexmark.schedule import RateSchedule
 from core.nexmark.schema import END_OF_STREAM_TIME_US, ENTITIES, schema_for
+from core.offload_plan import OffloadPlan
 from core.spark.source import (
     EventRange,
     NexmarkStreamReader,
@@ -26,7 +27,9 @@ from core.spark.source import (
     end_of_stream_batch,
     event_ranges,
     read_range,
+    routed_step,
 )
+from router.routing_log import Segment
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -77,6 +80,23 @@ def test_partitions_flag_only_the_end_of_stream_position() -> None:
     assert [(r.start, r.end, r.punctuate) for r in ranges] == [(900, 964, False), (964, 1001, True)]
     assert not any(r.punctuate for r in event_ranges(0, 1000, 64, 1000, punctuate=True))
     assert event_ranges(5, 5, 64, 1000, punctuate=True) == []
+
+
+def test_routed_tasks_are_sized_by_the_records_they_keep() -> None:
+    """At a high share the VM stream's tasks hold little but a heartbeat: they cover more offsets."""
+
+    def plan(share: float, key_groups: frozenset[int] = frozenset()) -> OffloadPlan:
+        return OffloadPlan(version=1, share=share, key_groups=key_groups, workers=2)
+
+    def steps(*segments: Segment) -> tuple[int, int]:
+        return tuple(routed_step(100_000, route, segments, 0, 1_000) for route in ("local", "offload"))
+
+    assert steps(Segment(0, plan(0.0))) == (100_000, 1_600_000)  # nothing offloaded: one empty task
+    assert steps(Segment(0, plan(1.0))) == (1_600_000, 200_000)  # workers' tasks wait on chunks: 2x
+    assert steps(Segment(0, plan(0.5))) == (200_000, 400_000)
+    # The share over the range, from the routing log's segments (never the plan now in force).
+    assert steps(Segment(0, plan(0.0)), Segment(500, plan(1.0))) == (200_000, 400_000)
+    assert steps(Segment(0, plan(0.0, frozenset(range(64))))) == (200_000, 400_000)  # half the key groups
 
 
 def test_read_range_yields_arrow_batches_and_the_punctuation() -> None:
