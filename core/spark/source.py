@@ -42,6 +42,7 @@ from core.direct_sink import DIRECT_SINK_TAG
 from core.errors import ConfigError
 from core.nexmark.schedule import RateSchedule
 from core.nexmark.schema import check_entity, spark_ddl
+from core.offload_plan import expected_offloaded_share
 from router.source_router import OFFLOAD as OFFLOAD_ROUTE
 from router.source_router import RouteOptions
 
@@ -136,15 +137,14 @@ def event_ranges(start: int, end: int, step: int, events: int, punctuate: bool) 
 def routed_step(
     events_per_partition: int, route: str, segments: Sequence[Segment], start: int, end: int
 ) -> int:
-    """Offsets per task of a routed stream: enough that a task keeps ~`events_per_partition` records.
+    """Offsets per task of a routed stream: enough that a task keeps ~`events_per_partition` records
+    (twice that on the workers' stream, whose tasks mostly wait on chunks in flight).
 
     Why: a Spark task of a Python source costs ~0.1 s whatever it holds (measured, ADR 0012), so at a
     high share the VM stream's tasks of heartbeats alone cost more than its records. The share comes
     from the routing log's segments, never the current plan: a re-run epoch must split its offsets
     exactly as the first attempt did, because the workers' sink files are named by task range.
     """
-    from core.offload_plan import expected_offloaded_share
-
     covered = 0.0
     for i, seg in enumerate(segments):
         lo = max(seg.start, start)
