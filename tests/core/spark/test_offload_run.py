@@ -60,9 +60,9 @@ def _run(tmp_path: Path, query: str, seed: int, offload: OffloadConfig, events: 
     return summary
 
 
-# Every query with inactive routers, a partial share on two seeds, and everything offloaded: the
-# remaining seed/share pairs repeated these at ~10 s of Spark each (a third of this file's CI time).
-@pytest.mark.parametrize(("seed", "share"), [(1, 0.0), (1, 0.3), (2, 0.3), (2, 1.0)])
+# Every query with inactive routers, a partial share, and everything offloaded (on another seed):
+# more seed/share pairs repeated these at 10-20 s of Spark each, and CI must stay under 30 minutes.
+@pytest.mark.parametrize(("seed", "share"), [(1, 0.0), (1, 0.3), (2, 1.0)])
 @pytest.mark.parametrize("query", list(QUERIES))
 def test_offloaded_output_equals_reference(
     spark, tmp_path: Path, query: str, seed: int, share: float
