@@ -108,8 +108,9 @@ PROBE_SCHEDULE = f"{PROBE_SECONDS}:{PROBE_START}-{PROBE_TOP}"  # epochs of every
 PROBE_REACH = 0.8  # a fit whose capacity passes this share of its ramp's top was extrapolated
 PROBE_SHARE = 0.8  # the routed probe offloads this share
 # In the cache key: bump when the probes change (2: routed warm-up; 3: C1 JIT, fused Q5; 4: the ramp
-# rises until it passes the capacity, and the offload cost is no longer capped at 0.9).
-PROBE_VERSION = 4
+# rises until it passes the capacity, and the offload cost is no longer capped at 0.9; 5: one shuffle
+# partition per VM core).
+PROBE_VERSION = 5
 
 
 def higher_ramp(cost: EpochCost, schedule: str, batch_cap: int) -> str | None:

@@ -30,7 +30,7 @@ from core.offload_plan import DEFAULT_OFFLOAD_COST
 from policy.cost_model import Prices
 
 WARMUP_EVENTS = 30_000
-WARMUP_EPOCHS = 12  # standalone and offloading runs: see _run
+WARMUP_EPOCHS = 8  # standalone and offloading runs: see _run
 WARMUP_SHARE = 0.5  # an offloading run warms its routed plan with both routes carrying records
 EXECUTOR_START_S = 8.0  # a new worker's registration plus its executor's start here (ADR 0007)
 # One task slot per CPU, and a stateful stage has as many tasks as shuffle partitions (2, as in the
@@ -54,6 +54,7 @@ class PolicyRun:
     output: str
     master: str
     vm_cpus: list[int]
+    shuffle_partitions: int = 2  # one per core the run's VMs can ever hold (drill._spec)
     worker_cpus: list[int] = field(default_factory=list)
     offload: bool = False  # route through the agent (sponge)
     target: str = "embedded"  # where the Lambda workers run (localstack/aws: the deployed stack)
@@ -300,9 +301,10 @@ def vm_prices(cores: int, list_prices: Prices | None = None) -> Prices:
 def _spark_config(spec: PolicyRun, standalone_url: str | None) -> Any:
     from core.spark.session import SparkConfig
 
+    partitions = spec.shuffle_partitions
     if standalone_url is None:
-        return SparkConfig(master=spec.master)
-    return SparkConfig(master=standalone_url, conf=STANDALONE_CONF)
+        return SparkConfig(master=spec.master, shuffle_partitions=partitions)
+    return SparkConfig(master=standalone_url, shuffle_partitions=partitions, conf=STANDALONE_CONF)
 
 
 def _stop_spark() -> None:

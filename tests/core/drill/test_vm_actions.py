@@ -183,6 +183,9 @@ def test_sfbase_is_refused_with_why_and_where_it_is_modelled() -> None:
     assert vmbase.standalone and vmbase.controlled and not vmbase.offload and vmbase.vms_on_burst == 1
     assert vmbase.vm_launch_delay_s == 3.0 and vmbase.warm_vms == 0 and vminit.warm_vms == 1
     assert not local.standalone and local.master.startswith("local[")
+    # One shuffle partition per core the run's VMs can ever hold: the added VM needs its own.
+    over = drill._spec(config, "over", trace, 1.0, routed=False)
+    assert (local.shuffle_partitions, vmbase.shuffle_partitions, over.shuffle_partitions) == (1, 2, 2)
 
 
 def test_the_pool_cpu_counts_a_joining_executor_from_when_it_joined() -> None:
