@@ -33,12 +33,13 @@ WARMUP_EVENTS = 30_000
 WARMUP_EPOCHS = 8  # standalone and offloading runs: see _run
 WARMUP_SHARE = 0.5  # an offloading run warms its routed plan with both routes carrying records
 EXECUTOR_START_S = 8.0  # a new worker's registration plus its executor's start here (ADR 0007)
-# One task slot per CPU, and a stateful stage has as many tasks as shuffle partitions (2, as in the
-# local runs): one runs on the base VM, the other waits for its slot. Spark's delay scheduling would keep
-# it waiting up to 3 s for that executor (it last held the partition's state, and the wait restarts with
-# every task launched there), so a new VM got no stateful task while the base one kept up with short
-# tasks (measured: 0 tasks in 10 s). With no wait the task takes the new VM's free slot and its state
-# store reloads there from the checkpoint: VMBase's "migrate tasks and state to the new VM".
+# One task slot per CPU, and a stateful stage has as many tasks as shuffle partitions (2: one per core
+# the run can ever hold, ADR 0013): one runs on the base VM, the other waits for its slot. Spark's delay
+# scheduling would keep it waiting up to 3 s for that executor (it last held the partition's state, and
+# the wait restarts with every task launched there), so a new VM got no stateful task while the base one
+# kept up with short tasks (measured: 0 tasks in 10 s). With no wait the task takes the new VM's free
+# slot and its state store reloads there from the checkpoint: VMBase's "migrate tasks and state to the
+# new VM".
 STANDALONE_CONF = (("spark.locality.wait", "0"),)
 
 
