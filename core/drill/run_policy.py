@@ -302,10 +302,11 @@ def vm_prices(cores: int, list_prices: Prices | None = None) -> Prices:
 def _spark_config(spec: PolicyRun, standalone_url: str | None) -> Any:
     from core.spark.session import SparkConfig
 
-    partitions = spec.shuffle_partitions
-    if standalone_url is None:
-        return SparkConfig(master=spec.master, shuffle_partitions=partitions)
-    return SparkConfig(master=standalone_url, shuffle_partitions=partitions, conf=STANDALONE_CONF)
+    return SparkConfig(
+        master=standalone_url or spec.master,
+        shuffle_partitions=spec.shuffle_partitions,
+        conf=STANDALONE_CONF if standalone_url else (),
+    )
 
 
 def _stop_spark() -> None:
