@@ -9,8 +9,8 @@ Why some lowerings look the way they do:
   tracks it as the event-time column; the sink flattens it into window_start/window_end.
 * Sliding windows are aggregated per pane (a tumbling window of the slide) and the pane partials are
   then merged into the sliding windows, so no record is copied into every window it belongs to.
-* A sliding aggregate whose only reader is a per-window top-k runs as its pane step plus one
-  operator over the finished panes (core/spark/sliding_top_k.py, ADR 0010).
+* A sliding aggregate whose only reader is a per-window top-k runs as one operator over its rows in
+  partial form, which keeps the panes itself (core/spark/sliding_top_k.py, ADR 0010 and 0014).
 * Aggregates that keep records (max_with_ties, latest_n) collect structs and trim them after the
   aggregation: the trim is a stateless projection, so Spark's state holds one list per group.
 """
@@ -137,13 +137,13 @@ def _aggregate(df: DataFrame, op: WindowAggregate, partial: bool = False) -> Dat
 
 
 def merge_aggregate(
-    local: DataFrame, workers: DataFrame, op: WindowAggregate, panes_only: bool = False
+    local: DataFrame, workers: DataFrame, op: WindowAggregate, partials_only: bool = False
 ) -> DataFrame:
     """`op` over the VM's records and the workers' partial rows of the same epochs (the merge operator);
-    with `panes_only`, a sliding window's pane step alone (for sliding_top_k)."""
+    with `partials_only`, both kinds of rows in partial form, unaggregated (for sliding_top_k)."""
     mine = spark_merge.local_partials(local, op)
     both = mine.unionByName(spark_merge.worker_partials(workers, op, mine))
-    return _panes(both, op, partial=True) if panes_only else _aggregate(both, op, partial=True)
+    return both if partials_only else _aggregate(both, op, partial=True)
 
 
 def _panes(df: DataFrame, op: WindowAggregate, partial: bool) -> DataFrame:
@@ -308,12 +308,13 @@ class _Fusion:
     def lower(self, node_id: str, op: Operator, ins: list[DataFrame], sources: SourceFactory) -> DataFrame:
         if node_id in self.aggregates:
             assert isinstance(op, WindowAggregate)
-            return _panes(ins[0], op, partial=False)
+            return spark_merge.local_partials(ins[0], op)
         if node_id in self.tops:
             assert isinstance(op, TopK)
             agg = self.tops[node_id]
             assert isinstance(agg, WindowAggregate)
-            return sliding_top_k(ins[0], agg, op, window_like=_windows(ins[0], agg))
+            window_like = _windows(_panes(ins[0], agg, partial=True), agg)
+            return sliding_top_k(ins[0], agg, op, window_like=window_like)
         return apply_operator(op, ins, sources)
 
 
@@ -354,7 +355,7 @@ def lower_rewritten(
             chain = ends.get(node_id)
             if chain is not None and chain.kind == PARTIAL:
                 assert isinstance(op, WindowAggregate) and offloaded is not None
-                df = merge_aggregate(ins[0], offloaded(chain), op, panes_only=node_id in fusion.aggregates)
+                df = merge_aggregate(ins[0], offloaded(chain), op, partials_only=node_id in fusion.aggregates)
             else:
                 df = fusion.lower(node_id, op, ins, sources)
             if chain is not None and chain.kind == ROWS:

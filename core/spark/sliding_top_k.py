@@ -1,17 +1,19 @@
 """A sliding-window aggregate that feeds a per-window top-k, run as one stateful operator over panes.
 
-Why (ADR 0010): lowered natively, the window step adds every pane partial to each of the size/slide
-windows that contain it (Q5: five state updates per (auction, pane)) and the top-k step collects each
-closed window's rows once more. Those two steps cost the VM most of a Q5 epoch, offloaded or not, so
-offloading the counting bought little. Here the finished panes the native pane step emits are kept
-as they are, and when the watermark closes a window its panes are summed once, vectorised, and
-ranked: one write per pane row and one read per window.
+Why (ADR 0010, 0014): lowered natively, the window step adds every pane partial to each of the
+size/slide windows that contain it (Q5: five state updates per (auction, pane)) and the top-k step
+collects each closed window's rows once more. Even Spark's own pane step (a streaming aggregate over
+a tumbling window of the slide) cost a Q5 epoch ~0.7 s of its ~2 s on one core: a RocksDB update per
+(pane, auction) and a scan of the whole store per epoch to evict. So this operator takes the rows in
+partial form, unaggregated (the VM's records as partials of one record, the workers' partials as
+they came), folds each epoch's rows into its pane with polars, keeps the pane as one Arrow IPC blob,
+and when the watermark closes a window sums its panes once, vectorised, and ranks them.
 
 The operator is Spark's transformWithState (Python flavour), the arbitrary-state operator that may
 follow an aggregation in append mode; it needs the RocksDB state store (session.ROCKSDB_STATE_STORE).
-Panes are kept per grouping key (the top-k's partition) as Arrow IPC blobs in a map keyed by the
-pane's start; event-time timers at window ends fire the ranking. Exactly-once comes from Spark: the
-state and the timers are checkpointed with the epoch, and a replayed epoch re-sends the same panes.
+Panes are kept per grouping key (the top-k's partition) in a map keyed by the pane's start;
+event-time timers at window ends fire the ranking. Exactly-once comes from Spark: the state and the
+timers are checkpointed with the epoch, and a replayed epoch re-sends the same rows.
 """
 
 from __future__ import annotations
@@ -38,8 +40,8 @@ FUSABLE_AGGS = ("count", "sum", "min", "max", "avg")
 
 # The operator's input is [_EVENT_TIME, _PANE_US, *values, group] and is read by position: the pandas
 # hand-off renames "_"-prefixed columns to "_<i>".
-_PANE_US = "sponge_pane_us"  # a pane's start in microseconds since the epoch
-_EVENT_TIME = "sponge_pane_time"  # the pane's window_time, which carries the watermark in
+_PANE_US = "sponge_pane_us"  # the start of the row's pane in microseconds since the epoch
+_EVENT_TIME = "sponge_pane_time"  # the row's event time, which carries the watermark in
 _GROUP = "sponge_group"  # the constant grouping key of an unpartitioned top-k
 _MS = 1000
 
@@ -54,18 +56,22 @@ class SlidingTopK:
     aggs: tuple[AggCall, ...]
     k: int
     by: str
-    columns: tuple[str, ...]  # the pane frame's value columns, as they reach the processor
+    columns: tuple[str, ...]  # the keys and partial columns, as they reach the processor
 
     def window_ends(self, pane_ms: int) -> range:
         """Ends of the windows that contain the pane starting at `pane_ms` (windows are slide-aligned)."""
         return range(pane_ms + self.slide_ms, pane_ms + self.size_ms + 1, self.slide_ms)
+
+    def fold(self, partials: pl.DataFrame) -> pl.DataFrame:
+        """One partial row per key from any number (merge/spark_merge.py's partial form)."""
+        return partials.group_by(list(self.keys)).agg(*[e for a in self.aggs for e in _merge(a)])
 
     def rank(self, panes: pl.DataFrame, end_ms: int) -> pl.DataFrame:
         """The window ending at `end_ms` from its panes' partial rows: fold, then keep the top k.
 
         Ties at the k-th value are kept and a null ranks last, as the native lowering does (lower._top_k).
         """
-        folded = panes.group_by(list(self.keys)).agg(*[_fold(a) for a in self.aggs])
+        folded = self.fold(panes).with_columns(*[_finish(a) for a in self.aggs if a.fn == "avg"])
         ranked = folded.get_column(self.by).sort(descending=True, nulls_last=True)
         if ranked.len() == 0:
             return folded
@@ -80,22 +86,27 @@ class SlidingTopK:
         )
 
 
-def _fold(call: AggCall) -> pl.Expr:
-    """A window's value from its panes' partials (the same columns lower._panes writes)."""
+def _merge(call: AggCall) -> list[pl.Expr]:
+    """Partials of `call` folded into one, by spark_merge.merge_agg's rules."""
     c = pl.col(call.out)
     match call.fn:
         case "count":
-            return c.sum().alias(call.out)
+            return [c.sum()]
         case "sum":  # Spark's sum of nothing but nulls is null
-            return pl.when(c.is_not_null().any()).then(c.sum()).alias(call.out)
+            return [pl.when(c.is_not_null().any()).then(c.sum()).alias(call.out)]
         case "min":
-            return c.min().alias(call.out)
+            return [c.min()]
         case "max":
-            return c.max().alias(call.out)
+            return [c.max()]
         case "avg":
-            n = pl.col(f"_{call.out}_n").sum()
-            return pl.when(n > 0).then(pl.col(f"_{call.out}_s").sum() / n).alias(call.out)
+            return [pl.col(f"{call.out}__sum").sum(), pl.col(f"{call.out}__count").sum()]
     raise ValueError(f"aggregate {call.fn!r} is not fused")  # fusable() admits only FUSABLE_AGGS
+
+
+def _finish(call: AggCall) -> pl.Expr:
+    """avg's value from its folded sum and count (null over no values, as Spark's avg)."""
+    n = pl.col(f"{call.out}__count")
+    return pl.when(n > 0).then(pl.col(f"{call.out}__sum") / n).alias(call.out)
 
 
 def _to_ipc(frame: pl.DataFrame) -> bytes:
@@ -109,7 +120,8 @@ def _from_ipc(blob: bytes) -> pl.DataFrame:
 
 
 class PaneProcessor(StatefulProcessor):
-    """Keeps a partition's finished panes until no open window needs them; ranks windows as they close."""
+    """Folds a partition's rows into its panes, keeps each pane until no open window needs it, and
+    ranks windows as they close."""
 
     def __init__(self, spec: SlidingTopK) -> None:
         self.spec = spec
@@ -134,13 +146,16 @@ class PaneProcessor(StatefulProcessor):
         self, key: tuple, rows: Iterator[pd.DataFrame], timerValues: TimerValues
     ) -> Iterator[pd.DataFrame]:
         names = [_PANE_US, *self.spec.columns]
-        new = pl.concat([pl.from_pandas(p.iloc[:, 1 : 1 + len(names)].set_axis(names, axis=1)) for p in rows])
+        frames = [pl.from_pandas(p.iloc[:, 1 : 1 + len(names)].set_axis(names, axis=1)) for p in rows]
+        new = pl.concat(frames, how="vertical_relaxed")
         done = self._done()
+        if done is not None:  # late: the pane's first window is ranked, so the watermark passed its end
+            new = new.filter(pl.col(_PANE_US) // _MS + self.spec.slide_ms > done)
         for (pane_us,), part in new.partition_by(_PANE_US, as_dict=True, include_key=False).items():
             pane_ms = int(pane_us) // _MS
-            if self.panes.containsKey((pane_ms,)):  # a pane normally arrives whole, in one epoch
-                part = pl.concat([_from_ipc(self.panes.getValue((pane_ms,))[0]), part])
-            self.panes.updateValue((pane_ms,), (_to_ipc(part),))
+            if self.panes.containsKey((pane_ms,)):  # a pane's rows come over several epochs
+                part = pl.concat([_from_ipc(self.panes.getValue((pane_ms,))[0]), part], how="vertical_relaxed")
+            self.panes.updateValue((pane_ms,), (_to_ipc(self.spec.fold(part)),))
             for end in self.spec.window_ends(pane_ms):
                 if done is None or end > done:
                     self.handle.registerTimer(end)
@@ -172,7 +187,7 @@ class PaneProcessor(StatefulProcessor):
             for p in inside:
                 if p not in loaded:
                     loaded[p] = _from_ipc(self.panes.getValue((p,))[0])
-            out = self.spec.rank(pl.concat([loaded[p] for p in inside]), end)
+            out = self.spec.rank(pl.concat([loaded[p] for p in inside], how="vertical_relaxed"), end)
             if out.height:
                 yield out.to_pandas()
         done = ends[-1]
@@ -197,14 +212,16 @@ def fusable(agg: WindowAggregate, top: TopK) -> bool:
     )
 
 
-def sliding_top_k(panes: DataFrame, agg: WindowAggregate, top: TopK, window_like: DataFrame) -> DataFrame:
-    """The top-k rows of every sliding window of `agg`, from the pane frame lower._panes builds.
+def sliding_top_k(partials: DataFrame, agg: WindowAggregate, top: TopK, window_like: DataFrame) -> DataFrame:
+    """The top-k rows of every sliding window of `agg`, from rows in partial form: the event-time
+    column, the keys and the partial columns of merge/spark_merge.py (a record's or the workers').
 
-    `window_like` is the native window step over the same panes (never run): the output takes its
+    `window_like` is the native window steps over the same rows (never run): the output takes its
     columns and types, so the fused plan writes exactly what the unfused one would.
     """
     assert agg.window is not None
-    values = [c for c in panes.columns if c != "_pane"]
+    on = agg.window.on
+    values = [c for c in partials.columns if c != on]
     spec = SlidingTopK(
         size_ms=agg.window.size_s * _MS,
         slide_ms=agg.window.slide_s * _MS,
@@ -215,9 +232,10 @@ def sliding_top_k(panes: DataFrame, agg: WindowAggregate, top: TopK, window_like
         columns=tuple(values),
     )
     group: list[Column] = [F.col(k) for k in top.partition_by] or [F.lit(0).alias(_GROUP)]
-    staged = panes.select(
-        F.window_time("_pane").alias(_EVENT_TIME),
-        F.unix_micros(F.col("_pane.start")).alias(_PANE_US),
+    micros = F.unix_micros(F.col(on))
+    staged = partials.select(
+        F.col(on).alias(_EVENT_TIME),
+        (micros - F.pmod(micros, F.lit(spec.slide_ms * _MS))).alias(_PANE_US),  # as F.window's start
         *[F.col(c) for c in values],
         *([] if top.partition_by else group),
     )

@@ -27,7 +27,7 @@ COUNT = AggCall("num", "count")
 def spec(k: int = 1, size: int = 10, slide: int = 2, aggs: tuple[AggCall, ...] = (COUNT,)) -> SlidingTopK:
     columns = ["key"]
     for a in aggs:
-        columns += [f"_{a.out}_s", f"_{a.out}_n"] if a.fn == "avg" else [a.out]
+        columns += [f"{a.out}__sum", f"{a.out}__count"] if a.fn == "avg" else [a.out]
     return SlidingTopK(size * S, slide * S, ("key",), aggs, k, aggs[0].out, tuple(columns))
 
 
@@ -49,7 +49,7 @@ def test_rank_keeps_ties_at_the_kth_value_and_stamps_the_window() -> None:
 
 def test_rank_folds_avg_from_pane_sums_and_counts() -> None:
     avg = AggCall("mean", "avg", col("price"))
-    panes = pl.DataFrame({"key": [1, 1, 2], "_mean_s": [10.0, 20.0, 9.0], "_mean_n": [1, 3, 1]})
+    panes = pl.DataFrame({"key": [1, 1, 2], "mean__sum": [10.0, 20.0, 9.0], "mean__count": [1, 3, 1]})
     out = spec(aggs=(avg,)).rank(panes, 10 * S)
     assert out.select("key", "mean").rows() == [(2, 9.0)]  # 30/4 = 7.5 for key 1
 
@@ -158,35 +158,42 @@ def as_input(rows: list[tuple[int, int, int]]) -> pd.DataFrame:
     )
 
 
-panes_strategy = st.lists(
-    st.tuples(st.integers(0, 12), st.integers(1, 6), st.integers(0, 9)), min_size=1, max_size=60
+rows_strategy = st.lists(
+    st.tuples(st.integers(0, 12), st.integers(1, 6), st.integers(0, 9), st.integers(0, 2)), min_size=1, max_size=60
 )
 
 
 @settings(max_examples=60, deadline=None)
-@given(rows=panes_strategy, k=st.integers(1, 3), size_panes=st.integers(1, 5), epoch_panes=st.integers(1, 3))
+@given(rows=rows_strategy, k=st.integers(1, 3), size_panes=st.integers(1, 5), epoch_panes=st.integers(1, 3))
 def test_the_processor_ranks_every_window_once_as_the_brute_force_does(
-    rows: list[tuple[int, int, int]], k: int, size_panes: int, epoch_panes: int
+    rows: list[tuple[int, int, int, int]], k: int, size_panes: int, epoch_panes: int
 ) -> None:
-    """Panes arrive whole once the watermark passes their end (as Spark's append-mode pane step
-    emits them), several per epoch; the end-of-stream watermark closes every window."""
+    """Partial rows (pane, key, count) arrive unfolded, a pane's rows spread over up to three epochs
+    before the watermark passes the pane's start, several panes per epoch; the end-of-stream
+    watermark closes every window."""
     slide = 2 * S
     s = spec(k=k, size=2 * size_panes, slide=2)
-    by_pane: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
-    for p, key, n in rows:
-        by_pane[p * slide][key] += n
-    summed = [(p, key, n) for p, keys in by_pane.items() for key, n in keys.items()]
+    step = epoch_panes * slide
+    arrivals: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
+    for p, key, n, lag in rows:
+        arrivals[max(p * slide // step - lag, 0)].append((p * slide, key, n))
     handle = FakeHandle()
     processor = PaneProcessor(s)
     processor.init(handle)  # type: ignore[arg-type]
-    epochs = []
-    for first in range(0, 14 * slide, epoch_panes * slide):
-        ends = first + epoch_panes * slide
-        batch = [r for r in summed if first <= r[0] < ends]
-        epochs.append((ends, as_input(batch)))
+    epochs = [(i * step, as_input(arrivals[i])) for i in range(14 * slide // step + 1)]
     epochs.append((10**9, as_input([])))
-    assert drive(processor, handle, epochs) == brute_force(summed, s.size_ms, slide, k)
+    expected = brute_force([(p * slide, key, n) for p, key, n, _ in rows], s.size_ms, slide, k)
+    assert drive(processor, handle, epochs) == expected
     assert not handle.map.d, "panes outlive the windows that need them"
+
+
+def test_rows_of_a_pane_whose_first_window_is_ranked_are_late_and_dropped() -> None:
+    handle = FakeHandle()
+    processor = PaneProcessor(spec(size=4, slide=2))
+    processor.init(handle)  # type: ignore[arg-type]
+    epochs = [(0, as_input([(0, 1, 5), (2 * S, 2, 3)])), (2 * S, as_input([])), (2 * S, as_input([(0, 2, 9)]))]
+    epochs.append((10**9, as_input([])))
+    assert drive(processor, handle, epochs) == {(2 * S, 1, 5), (4 * S, 1, 5), (6 * S, 2, 3)}
 
 
 def test_q5_is_fused_and_takes_the_rocksdb_store_while_other_queries_keep_the_default() -> None:
