@@ -154,7 +154,9 @@ class PaneProcessor(StatefulProcessor):
         for (pane_us,), part in new.partition_by(_PANE_US, as_dict=True, include_key=False).items():
             pane_ms = int(pane_us) // _MS
             if self.panes.containsKey((pane_ms,)):  # a pane's rows come over several epochs
-                part = pl.concat([_from_ipc(self.panes.getValue((pane_ms,))[0]), part], how="vertical_relaxed")
+                part = pl.concat(
+                    [_from_ipc(self.panes.getValue((pane_ms,))[0]), part], how="vertical_relaxed"
+                )
             self.panes.updateValue((pane_ms,), (_to_ipc(self.spec.fold(part)),))
             for end in self.spec.window_ends(pane_ms):
                 if done is None or end > done:

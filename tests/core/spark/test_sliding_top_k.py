@@ -139,9 +139,7 @@ def drive(processor: PaneProcessor, handle: FakeHandle, epochs: list[tuple[int, 
             handle.timers.discard(t)
             out += list(processor.handleExpiredTimer((0,), Timers(watermark), Timers(t)))  # type: ignore[arg-type]
     got = pd.concat(out) if out else pd.DataFrame(columns=["window_end", "key", "num"])
-    return {
-        (int(r.window_end.timestamp() * S), int(r.key), int(r.num)) for r in got.itertuples(index=False)
-    }
+    return {(int(r.window_end.timestamp() * S), int(r.key), int(r.num)) for r in got.itertuples(index=False)}
 
 
 def as_input(rows: list[tuple[int, int, int]]) -> pd.DataFrame:
@@ -159,7 +157,9 @@ def as_input(rows: list[tuple[int, int, int]]) -> pd.DataFrame:
 
 
 rows_strategy = st.lists(
-    st.tuples(st.integers(0, 12), st.integers(1, 6), st.integers(0, 9), st.integers(0, 2)), min_size=1, max_size=60
+    st.tuples(st.integers(0, 12), st.integers(1, 6), st.integers(0, 9), st.integers(0, 2)),
+    min_size=1,
+    max_size=60,
 )
 
 
@@ -191,7 +191,11 @@ def test_rows_of_a_pane_whose_first_window_is_ranked_are_late_and_dropped() -> N
     handle = FakeHandle()
     processor = PaneProcessor(spec(size=4, slide=2))
     processor.init(handle)  # type: ignore[arg-type]
-    epochs = [(0, as_input([(0, 1, 5), (2 * S, 2, 3)])), (2 * S, as_input([])), (2 * S, as_input([(0, 2, 9)]))]
+    epochs = [
+        (0, as_input([(0, 1, 5), (2 * S, 2, 3)])),
+        (2 * S, as_input([])),
+        (2 * S, as_input([(0, 2, 9)])),
+    ]
     epochs.append((10**9, as_input([])))
     assert drive(processor, handle, epochs) == {(2 * S, 1, 5), (4 * S, 1, 5), (6 * S, 2, 3)}
 
