@@ -143,11 +143,10 @@ def drive(processor: PaneProcessor, handle: FakeHandle, epochs: list[tuple[int, 
 
 
 def as_input(rows: list[tuple[int, int, int]]) -> pd.DataFrame:
-    """The operator's input columns in order: event time, pane start (µs), values."""
+    """The operator's input columns in order: pane start (µs), values, group."""
     frame = pd.DataFrame(rows, columns=["pane_ms", "key", "num"])
     return pd.DataFrame(
         {
-            "t": pd.to_datetime(frame.pane_ms, unit="ms", utc=True),
             "us": frame.pane_ms * 1000,
             "key": frame.key,
             "num": frame.num,
