@@ -43,7 +43,7 @@ from core.plan import (
 from core.rewrite import Kind, Placement, RewrittenPlan
 from core.spark.expr_spark import to_spark
 from core.spark.session import DEFAULT_STATE_STORE, ROCKSDB_STATE_STORE
-from core.spark.sliding_top_k import fusable, sliding_top_k
+from core.spark.sliding_top_k import fold_per_task, fusable, sliding_top_k
 from merge import spark_merge
 
 SourceFactory = Callable[[Source], DataFrame]
@@ -142,6 +142,8 @@ def merge_aggregate(
     """`op` over the VM's records and the workers' partial rows of the same epochs (the merge operator);
     with `partials_only`, both kinds of rows in partial form, unaggregated (for sliding_top_k)."""
     mine = spark_merge.local_partials(local, op)
+    if partials_only:
+        mine = fold_per_task(mine, op)
     both = mine.unionByName(spark_merge.worker_partials(workers, op, mine))
     return both if partials_only else _aggregate(both, op, partial=True)
 
@@ -308,7 +310,7 @@ class _Fusion:
     def lower(self, node_id: str, op: Operator, ins: list[DataFrame], sources: SourceFactory) -> DataFrame:
         if node_id in self.aggregates:
             assert isinstance(op, WindowAggregate)
-            return spark_merge.local_partials(ins[0], op)
+            return fold_per_task(spark_merge.local_partials(ins[0], op), op)
         if node_id in self.tops:
             assert isinstance(op, TopK)
             agg = self.tops[node_id]

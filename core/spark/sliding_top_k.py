@@ -24,8 +24,10 @@ from dataclasses import dataclass
 
 import pandas as pd
 import polars as pl
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.stateful_processor import (
     ExpiredTimerInfo,
     StatefulProcessor,
@@ -201,6 +203,29 @@ class PaneProcessor(StatefulProcessor):
 
     def close(self) -> None:
         pass
+
+
+def fold_per_task(partials: DataFrame, agg: WindowAggregate) -> DataFrame:
+    """`partials` folded per (pane, key) within each task, before any shuffle: Spark's map-side
+    partial aggregate, which keeps the per-record work parallel over the VM's cores (the operator
+    itself runs in one task per top-k partition). A folded row takes its pane's start as event time,
+    as the workers' partials do. The workers' rows need no second fold: they come folded per chunk."""
+    assert agg.window is not None
+    schema = to_arrow_schema(partials.schema, timezone="UTC")  # the zone is only a label on UTC micros
+    on, slide_us, keys, aggs = agg.window.on, agg.window.slide_s * _MS * _MS, list(agg.keys), agg.aggs
+
+    def fold(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        frames = [pl.from_arrow(b) for b in batches if b.num_rows]
+        if not frames:
+            return
+        rows = pl.concat(frames, how="vertical_relaxed")  # type: ignore[arg-type]
+        micros = pl.col(on).dt.epoch("us")
+        rows = rows.with_columns((micros - micros.mod(slide_us)).alias(on))
+        folded = rows.group_by([on, *keys]).agg(*[e for a in aggs for e in _merge(a)])
+        folded = folded.with_columns(pl.col(on).cast(pl.Datetime("us", "UTC")))
+        yield from folded.select(schema.names).to_arrow().cast(schema).to_batches()
+
+    return partials.mapInArrow(fold, partials.schema)
 
 
 def fusable(agg: WindowAggregate, top: TopK) -> bool:
