@@ -50,7 +50,7 @@ test-fast: setup
 	$(BIN)/python -m pytest -m "not spark and not slow"
 
 drill: setup
-	$(BIN)/sponge drill --query q5 --compare sponge,noscaling,over --pattern sudden:2x:6s --duration 13 --lead 5 --rate 70000
+	$(BIN)/sponge drill --query q5 --compare sponge,noscaling,over --pattern sudden:2x:6s --duration 13 --lead 5 --rate 95000
 
 lint: setup
 	$(BIN)/ruff check .
