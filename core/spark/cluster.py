@@ -78,16 +78,12 @@ class WorkerSpec:
         if not isinstance(self.cores, int) or self.cores < 1:
             raise ConfigError(f"a worker needs >= 1 core, got {self.cores!r}")
         if self.memory_mb < MIN_WORKER_MEMORY_MB:
-            raise ConfigError(
-                f"a worker needs >= {MIN_WORKER_MEMORY_MB} MB, got {self.memory_mb}",
-                hint="it must fit an executor (spark.executor.memory, 1g by default)",
-            )
+            raise ConfigError(f"a worker needs >= {MIN_WORKER_MEMORY_MB} MB, got {self.memory_mb}",
+                              hint="it must fit an executor (spark.executor.memory, 1g by default)")
         unknown = sorted(set(self.cpus) - available_cpus)
         if unknown:
-            raise ConfigError(
-                f"cannot pin a worker to CPUs {unknown}",
-                hint=f"this process may use CPUs {sorted(available_cpus)}",
-            )
+            raise ConfigError(f"cannot pin a worker to CPUs {unknown}",
+                              hint=f"this process may use CPUs {sorted(available_cpus)}")
 
 
 @dataclass(frozen=True)
@@ -154,10 +150,8 @@ class PendingWorker:
 
     def wait(self, timeout_s: float | None = None) -> PendingWorker:
         if not self._done.wait(timeout_s):
-            raise ClusterError(
-                f"worker {self.index} did not register within {timeout_s} s",
-                hint="see its log in the cluster's run directory",
-            )
+            raise ClusterError(f"worker {self.index} did not register within {timeout_s} s",
+                               hint="see its log in the cluster's run directory")
         if self.error is not None:
             raise self.error
         return self
@@ -271,10 +265,8 @@ class StandaloneCluster:
         self._started = True
         spark_class = self.spark_home / "bin" / "spark-class"
         if not spark_class.exists():
-            raise MissingDependencyError(
-                f"{spark_class} not found",
-                hint="install pyspark (make setup) or set ClusterConfig.spark_home",
-            )
+            raise MissingDependencyError(f"{spark_class} not found",
+                                         hint="install pyspark (make setup) or set ClusterConfig.spark_home")
         check_java()
         self.config.run_dir.mkdir(parents=True, exist_ok=True)
         (self.config.run_dir / "conf").mkdir(exist_ok=True)
@@ -412,15 +404,8 @@ class StandaloneCluster:
         host = self.config.host
         self.master_port, self.webui_port = free_port(host), free_port(host)
         self._spawn(
-            [
-                MASTER_CLASS,
-                "--host",
-                host,
-                "--port",
-                str(self.master_port),
-                "--webui-port",
-                str(self.webui_port),
-            ],
+            [MASTER_CLASS, "--host", host, "--port", str(self.master_port),
+             "--webui-port", str(self.webui_port)],
             "master.log",
             (),
         )
@@ -434,22 +419,10 @@ class StandaloneCluster:
             spec, host = pending.spec, self.config.host
             log_name = f"worker-{pending.index}.log"
             proc = self._spawn(
-                [
-                    WORKER_CLASS,
-                    "--host",
-                    host,
-                    "--port",
-                    str(pending.port),
-                    "--webui-port",
-                    str(free_port(host)),
-                    "--cores",
-                    str(spec.cores),
-                    "--memory",
-                    f"{spec.memory_mb}m",
-                    "--work-dir",
-                    str(self.config.run_dir / f"work-{pending.index}"),
-                    self.master_url,
-                ],
+                [WORKER_CLASS, "--host", host, "--port", str(pending.port),
+                 "--webui-port", str(free_port(host)), "--cores", str(spec.cores),
+                 "--memory", f"{spec.memory_mb}m",
+                 "--work-dir", str(self.config.run_dir / f"work-{pending.index}"), self.master_url],
                 log_name,
                 spec.cpus,
             )
@@ -457,10 +430,8 @@ class StandaloneCluster:
 
             def registered() -> bool:
                 if proc.poll() is not None:
-                    raise ClusterError(
-                        f"worker {pending.index} exited with {proc.returncode}",
-                        hint=f"see {self.config.run_dir / log_name}",
-                    )
+                    raise ClusterError(f"worker {pending.index} exited with {proc.returncode}",
+                                       hint=f"see {self.config.run_dir / log_name}")
                 for w in self.alive_workers():
                     if w.get("port") == pending.port:
                         pending.worker_id = str(w.get("id"))
@@ -482,8 +453,6 @@ class StandaloneCluster:
             if self._stopping.is_set():
                 raise ClusterError(f"the cluster stopped while waiting for {what}")
             if time.monotonic() > deadline:
-                raise ClusterError(
-                    f"timed out after {self.config.start_timeout_s} s waiting for {what}",
-                    hint=f"see {self.config.run_dir / log_name}",
-                )
+                raise ClusterError(f"timed out after {self.config.start_timeout_s} s waiting for {what}",
+                                   hint=f"see {self.config.run_dir / log_name}")
             time.sleep(self.config.poll_interval_s)
