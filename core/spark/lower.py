@@ -41,6 +41,7 @@ from core.plan import (
     WindowSpec,
 )
 from core.rewrite import Kind, Placement, RewrittenPlan
+from core.spark import window_join_count
 from core.spark.expr_spark import to_spark
 from core.spark.session import DEFAULT_STATE_STORE, ROCKSDB_STATE_STORE
 from core.spark.sliding_top_k import fold_per_task, fusable, sliding_top_k
@@ -294,20 +295,52 @@ def _fusions(plan: LogicalPlan) -> dict[str, str]:
     return pairs
 
 
+def _join_counts(plan: LogicalPlan) -> dict[str, str]:
+    """Windowed join -> the count it alone feeds through one key_by: pairs window_join_count runs."""
+    pairs: dict[str, str] = {}
+    for node in plan.nodes:
+        outs = plan.out_edges(node.id)
+        if not isinstance(node.op, WindowJoin) or len(outs) != 1:
+            continue
+        key = plan.node(outs[0].dst)
+        nxt = plan.out_edges(key.id)
+        if not isinstance(key.op, KeyBy) or len(nxt) != 1:
+            continue
+        agg = plan.node(nxt[0].dst).op
+        if (
+            isinstance(agg, WindowAggregate)
+            and key.op.keys == agg.keys
+            and window_join_count.fusable(node.op, agg)
+        ):
+            pairs[node.id] = nxt[0].dst
+    return pairs
+
+
 def state_store_for(plan: LogicalPlan) -> str:
-    """The state store provider a query of `plan` must start with (sliding_top_k needs RocksDB)."""
-    return ROCKSDB_STATE_STORE if _fusions(plan) else DEFAULT_STATE_STORE
+    """The state store provider a query of `plan` must start with (the fused operators need RocksDB)."""
+    return ROCKSDB_STATE_STORE if _fusions(plan) or _join_counts(plan) else DEFAULT_STATE_STORE
 
 
 class _Fusion:
-    """Where lowering departs from one operator at a time: the pairs of `_fusions`."""
+    """Where lowering departs from one operator at a time: the pairs of `_fusions` and `_join_counts`."""
 
     def __init__(self, plan: LogicalPlan) -> None:
         pairs = _fusions(plan)
         self.aggregates = set(pairs)
         self.tops = {top: plan.node(agg).op for agg, top in pairs.items()}
+        joins = _join_counts(plan)
+        self.joins = {join: plan.node(agg).op for join, agg in joins.items()}
+        self.counted = set(joins.values())  # their aggregates: the join's frame is already their output
 
     def lower(self, node_id: str, op: Operator, ins: list[DataFrame], sources: SourceFactory) -> DataFrame:
+        if node_id in self.joins:
+            assert isinstance(op, WindowJoin)
+            agg = self.joins[node_id]
+            assert isinstance(agg, WindowAggregate)
+            agg_like = _aggregate(_join(ins[0], ins[1], op), agg)
+            return window_join_count.join_count(ins[0], ins[1], op, agg, agg_like)
+        if node_id in self.counted:
+            return ins[0]
         if node_id in self.aggregates:
             assert isinstance(op, WindowAggregate)
             return fold_per_task(spark_merge.local_partials(ins[0], op), op)

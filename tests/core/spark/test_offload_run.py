@@ -88,7 +88,7 @@ FAULTS = [
     ("q5", ["kill-worker:every=1s"], lambda s: s["workers_started"] >= 2),
     ("q7", ["throttle:share=0.5"], lambda s: s["throttles"] >= 1),
     ("q5", ["slow-worker:share=0.5,delay=30s"], lambda s: s["chunk_timeouts"] >= 1),
-    ("q8", ["agent-restart:at=3s"], lambda s: s["agent_restarts"] == 1),
+    ("q8", ["agent-restart:at=3s", "query-restart:at=5s"], lambda s: s["agent_restarts"] == 1),
     ("q2", ["task-failure:share=0.3"], lambda s: True),  # retried tasks rewrite their sink chunks
     ("q1", ["query-restart:at=3s"], lambda s: True),
     (

@@ -4,7 +4,6 @@ handling driven through a fake state handle (the Spark run itself is in test_que
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator
 
 import pandas as pd
 import polars as pl
@@ -16,9 +15,10 @@ from core.expr import col
 from core.nexmark.params import QueryParams
 from core.nexmark.queries import QUERIES
 from core.plan import AggCall, TopK, WindowAggregate, WindowSpec
-from core.spark.lower import _fusions, state_store_for
+from core.spark.lower import _fusions, _join_counts, state_store_for
 from core.spark.session import DEFAULT_STATE_STORE, ROCKSDB_STATE_STORE
 from core.spark.sliding_top_k import PaneProcessor, SlidingTopK, fusable
+from tests.core.spark.state_fakes import FakeHandle, run_epochs
 
 S = 1000  # ms
 COUNT = AggCall("num", "count")
@@ -68,76 +68,8 @@ def brute_force(rows: list[tuple[int, int, int]], size: int, slide: int, k: int)
     return out
 
 
-class FakeHandle:
-    """transformWithState's state API for one grouping key, in memory."""
-
-    class Map:
-        def __init__(self) -> None:
-            self.d: dict[tuple, tuple] = {}
-
-        def containsKey(self, key: tuple) -> bool:  # the names are Spark's API
-            return key in self.d
-
-        def getValue(self, key: tuple) -> tuple:
-            return self.d[key]
-
-        def updateValue(self, key: tuple, value: tuple) -> None:
-            self.d[key] = value
-
-        def keys(self) -> Iterator[tuple]:
-            return iter(list(self.d))
-
-        def removeKey(self, key: tuple) -> None:
-            del self.d[key]
-
-    class Value:
-        def __init__(self) -> None:
-            self.v: tuple | None = None
-
-        def exists(self) -> bool:
-            return self.v is not None
-
-        def get(self) -> tuple | None:
-            return self.v
-
-        def update(self, v: tuple) -> None:
-            self.v = v
-
-    def __init__(self) -> None:
-        self.timers: set[int] = set()
-        self.map = self.Map()
-        self.value = self.Value()
-
-    def getMapState(self, *_: object) -> Map:
-        return self.map
-
-    def getValueState(self, *_: object) -> Value:
-        return self.value
-
-    def registerTimer(self, ms: int) -> None:
-        self.timers.add(ms)
-
-
-class Timers:
-    def __init__(self, watermark: int) -> None:
-        self.watermark = watermark
-
-    def getCurrentWatermarkInMs(self) -> int:
-        return self.watermark
-
-    def getExpiryTimeInMs(self) -> int:
-        return self.watermark
-
-
 def drive(processor: PaneProcessor, handle: FakeHandle, epochs: list[tuple[int, pd.DataFrame]]) -> set:
-    """Run epochs as Spark would: input rows (if any), then the timers the watermark expired."""
-    out: list[pd.DataFrame] = []
-    for watermark, rows in epochs:
-        if len(rows):
-            out += list(processor.handleInputRows((0,), iter([rows]), Timers(watermark)))  # type: ignore[arg-type]
-        for t in sorted(t for t in handle.timers if t <= watermark):
-            handle.timers.discard(t)
-            out += list(processor.handleExpiredTimer((0,), Timers(watermark), Timers(t)))  # type: ignore[arg-type]
+    out = run_epochs(processor, handle, epochs)
     got = pd.concat(out) if out else pd.DataFrame(columns=["window_end", "key", "num"])
     return {(int(r.window_end.timestamp() * S), int(r.key), int(r.num)) for r in got.itertuples(index=False)}
 
@@ -199,12 +131,13 @@ def test_rows_of_a_pane_whose_first_window_is_ranked_are_late_and_dropped() -> N
     assert drive(processor, handle, epochs) == {(2 * S, 1, 5), (4 * S, 1, 5), (6 * S, 2, 3)}
 
 
-def test_q5_is_fused_and_takes_the_rocksdb_store_while_other_queries_keep_the_default() -> None:
+def test_q5_and_q8_are_fused_and_take_the_rocksdb_store_while_other_queries_keep_the_default() -> None:
     params = QueryParams()
     for name, info in QUERIES.items():
         plan = info.plan(params)
-        fused = bool(_fusions(plan))
-        assert fused == (name == "q5"), name
+        assert bool(_fusions(plan)) == (name == "q5"), name
+        assert bool(_join_counts(plan)) == (name == "q8"), name
+        fused = name in ("q5", "q8")
         assert state_store_for(plan) == (ROCKSDB_STATE_STORE if fused else DEFAULT_STATE_STORE)
 
 
