@@ -17,7 +17,7 @@ Why some lowerings look the way they do:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -278,42 +278,41 @@ def apply_operator(op: Operator, inputs: list[DataFrame], sources: SourceFactory
 # ---- whole plans -------------------------------------------------------------------------------
 
 
-def _fusions(plan: LogicalPlan) -> dict[str, str]:
-    """Sliding aggregate -> the top-k it alone feeds through one key_by: pairs sliding_top_k runs."""
-    pairs: dict[str, str] = {}
+def _keyed_pairs(plan: LogicalPlan) -> Iterator[tuple[str, Operator, KeyBy, str, Operator]]:
+    """(producer id, producer, key_by, consumer id, consumer) for each producer whose only reader is
+    a key_by whose only reader is the consumer: the shape both fusions look for."""
     for node in plan.nodes:
         outs = plan.out_edges(node.id)
-        if not isinstance(node.op, WindowAggregate) or len(outs) != 1:
+        if len(outs) != 1:
             continue
         key = plan.node(outs[0].dst)
         nxt = plan.out_edges(key.id)
-        if not isinstance(key.op, KeyBy) or len(nxt) != 1:
-            continue
-        top = plan.node(nxt[0].dst).op
-        if isinstance(top, TopK) and key.op.keys == top.partition_by and fusable(node.op, top):
-            pairs[node.id] = nxt[0].dst
-    return pairs
+        if isinstance(key.op, KeyBy) and len(nxt) == 1:
+            yield node.id, node.op, key.op, nxt[0].dst, plan.node(nxt[0].dst).op
+
+
+def _fusions(plan: LogicalPlan) -> dict[str, str]:
+    """Sliding aggregate -> the top-k it alone feeds through one key_by: pairs sliding_top_k runs."""
+    return {
+        agg_id: top_id
+        for agg_id, agg, key, top_id, top in _keyed_pairs(plan)
+        if isinstance(agg, WindowAggregate)
+        and isinstance(top, TopK)
+        and key.keys == top.partition_by
+        and fusable(agg, top)
+    }
 
 
 def _join_counts(plan: LogicalPlan) -> dict[str, str]:
     """Windowed join -> the count it alone feeds through one key_by: pairs window_join_count runs."""
-    pairs: dict[str, str] = {}
-    for node in plan.nodes:
-        outs = plan.out_edges(node.id)
-        if not isinstance(node.op, WindowJoin) or len(outs) != 1:
-            continue
-        key = plan.node(outs[0].dst)
-        nxt = plan.out_edges(key.id)
-        if not isinstance(key.op, KeyBy) or len(nxt) != 1:
-            continue
-        agg = plan.node(nxt[0].dst).op
-        if (
-            isinstance(agg, WindowAggregate)
-            and key.op.keys == agg.keys
-            and window_join_count.fusable(node.op, agg)
-        ):
-            pairs[node.id] = nxt[0].dst
-    return pairs
+    return {
+        join_id: agg_id
+        for join_id, join, key, agg_id, agg in _keyed_pairs(plan)
+        if isinstance(join, WindowJoin)
+        and isinstance(agg, WindowAggregate)
+        and key.keys == agg.keys
+        and window_join_count.fusable(join, agg)
+    }
 
 
 def state_store_for(plan: LogicalPlan) -> str:

@@ -18,7 +18,6 @@ timers are checkpointed with the epoch, and a replayed epoch re-sends the same r
 
 from __future__ import annotations
 
-import io
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -34,9 +33,10 @@ from pyspark.sql.streaming.stateful_processor import (
     StatefulProcessorHandle,
     TimerValues,
 )
-from pyspark.sql.types import BinaryType, LongType, StructField, StructType
+from pyspark.sql.types import StructField, StructType
 
 from core.plan import WINDOW, AggCall, TopK, WindowAggregate
+from core.spark.window_blobs import WindowBlobs, input_rows
 
 FUSABLE_AGGS = ("count", "sum", "min", "max", "avg")
 
@@ -112,16 +112,6 @@ def _finish(call: AggCall) -> pl.Expr:
     return pl.when(n > 0).then(pl.col(f"{call.out}__sum") / n).alias(call.out)
 
 
-def _to_ipc(frame: pl.DataFrame) -> bytes:
-    buf = io.BytesIO()
-    frame.write_ipc(buf, compression="lz4")
-    return buf.getvalue()
-
-
-def _from_ipc(blob: bytes) -> pl.DataFrame:
-    return pl.read_ipc(io.BytesIO(blob))
-
-
 class PaneProcessor(StatefulProcessor):
     """Folds a partition's rows into its panes, keeps each pane until no open window needs it, and
     ranks windows as they close."""
@@ -131,36 +121,16 @@ class PaneProcessor(StatefulProcessor):
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
-        self.panes = handle.getMapState(
-            "panes",
-            StructType([StructField("pane_ms", LongType())]),
-            StructType([StructField("ipc", BinaryType())]),
-        )
-        # Windows are ranked in order of their end; everything ending at or before this is out.
-        self.ranked_until = handle.getValueState(
-            "ranked_until", StructType([StructField("end_ms", LongType())])
-        )
-
-    def _done(self) -> int | None:
-        got = self.ranked_until.get() if self.ranked_until.exists() else None
-        return got[0] if got else None
+        self.panes = WindowBlobs(handle, "panes", "ranked_until")
 
     def handleInputRows(
         self, key: tuple, rows: Iterator[pd.DataFrame], timerValues: TimerValues
     ) -> Iterator[pd.DataFrame]:
-        names = [_PANE_US, *self.spec.columns]
-        frames = [pl.from_pandas(p.iloc[:, : len(names)].set_axis(names, axis=1)) for p in rows]
-        new = pl.concat(frames, how="vertical_relaxed")
-        done = self._done()
+        new = input_rows(rows, [_PANE_US, *self.spec.columns])
+        done = self.panes.done()
         if done is not None:  # late: the pane's first window is ranked, so the watermark passed its end
             new = new.filter(pl.col(_PANE_US) // _MS + self.spec.slide_ms > done)
-        for (pane_us,), part in new.partition_by(_PANE_US, as_dict=True, include_key=False).items():
-            pane_ms = int(pane_us) // _MS
-            if self.panes.containsKey((pane_ms,)):  # a pane's rows come over several epochs
-                part = pl.concat(
-                    [_from_ipc(self.panes.getValue((pane_ms,))[0]), part], how="vertical_relaxed"
-                )
-            self.panes.updateValue((pane_ms,), (_to_ipc(self.spec.fold(part)),))
+        for pane_ms in self.panes.add(new, _PANE_US, self.spec.fold):
             for end in self.spec.window_ends(pane_ms):
                 if done is None or end > done:
                     self.handle.registerTimer(end)
@@ -174,8 +144,8 @@ class PaneProcessor(StatefulProcessor):
 
     def _rank_closed(self, watermark_ms: int) -> Iterator[pd.DataFrame]:
         """Rank every window that holds a pane, ends by the watermark and is not ranked yet."""
-        done = self._done()
-        starts = sorted(k[0] for k in self.panes.keys())  # noqa: SIM118 (a MapState, not a dict)
+        done = self.panes.done()
+        starts = self.panes.starts()
         ends = sorted(
             {
                 e
@@ -191,15 +161,15 @@ class PaneProcessor(StatefulProcessor):
             inside = [p for p in starts if end - self.spec.size_ms <= p < end]
             for p in inside:
                 if p not in loaded:
-                    loaded[p] = _from_ipc(self.panes.getValue((p,))[0])
+                    loaded[p] = self.panes.get(p)
             out = self.spec.rank(pl.concat([loaded[p] for p in inside], how="vertical_relaxed"), end)
             if out.height:
                 yield out.to_pandas()
         done = ends[-1]
-        self.ranked_until.update((done,))
+        self.panes.mark_done(done)
         for p in starts:
             if p + self.spec.size_ms <= done:  # every window holding it has been ranked
-                self.panes.removeKey((p,))
+                self.panes.remove(p)
 
     def close(self) -> None:
         pass

@@ -17,7 +17,6 @@ re-sends the same rows.
 
 from __future__ import annotations
 
-import io
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -31,9 +30,10 @@ from pyspark.sql.streaming.stateful_processor import (
     StatefulProcessorHandle,
     TimerValues,
 )
-from pyspark.sql.types import BinaryType, LongType, StructField, StructType
+from pyspark.sql.types import StructField, StructType
 
 from core.plan import WINDOW, WindowAggregate, WindowJoin
+from core.spark.window_blobs import WindowBlobs, input_rows
 
 # The operator's input, read by position (the pandas hand-off renames "_"-prefixed columns):
 # [_SIDE, _WINDOW_US, *join keys (the left side's names), *left columns, *right columns, _N, _GROUP].
@@ -60,8 +60,8 @@ class JoinCount:
         return (_SIDE, _WINDOW_US, *self.keys, *self.left, *self.right, _N)
 
     def fold(self, rows: pl.DataFrame) -> pl.DataFrame:
-        """One row per (side, window, key, side columns), counting the rows it stands for."""
-        by = [c for c in self.columns if c != _N]
+        """One row per (side, key, side columns) of one window, counting the rows it stands for."""
+        by = [c for c in self.columns if c not in (_WINDOW_US, _N)]
         return rows.group_by(by).agg(pl.col(_N).sum())
 
     def pairs(self, rows: pl.DataFrame, start_ms: int) -> pl.DataFrame:
@@ -79,16 +79,6 @@ class JoinCount:
         )
 
 
-def _to_ipc(frame: pl.DataFrame) -> bytes:
-    buf = io.BytesIO()
-    frame.write_ipc(buf, compression="lz4")
-    return buf.getvalue()
-
-
-def _from_ipc(blob: bytes) -> pl.DataFrame:
-    return pl.read_ipc(io.BytesIO(blob))
-
-
 class JoinCountProcessor(StatefulProcessor):
     """Folds both sides' rows into their window's blob and counts the window's pairs once it closes."""
 
@@ -97,34 +87,16 @@ class JoinCountProcessor(StatefulProcessor):
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
-        self.windows = handle.getMapState(
-            "windows",
-            StructType([StructField("start_ms", LongType())]),
-            StructType([StructField("ipc", BinaryType())]),
-        )
-        # Windows are counted in order of their end; everything ending at or before this is out.
-        self.done_until = handle.getValueState("done_until", StructType([StructField("end_ms", LongType())]))
-
-    def _done(self) -> int | None:
-        got = self.done_until.get() if self.done_until.exists() else None
-        return got[0] if got else None
+        self.windows = WindowBlobs(handle, "windows", "done_until")
 
     def handleInputRows(
         self, key: tuple, rows: Iterator[pd.DataFrame], timerValues: TimerValues
     ) -> Iterator[pd.DataFrame]:
-        names = list(self.spec.columns)
-        frames = [pl.from_pandas(p.iloc[:, : len(names)].set_axis(names, axis=1)) for p in rows]
-        new = pl.concat(frames, how="vertical_relaxed")
-        done = self._done()
+        new = input_rows(rows, list(self.spec.columns))
+        done = self.windows.done()
         if done is not None:  # late: its window has been counted already
             new = new.filter(pl.col(_WINDOW_US) // _MS + self.spec.size_ms > done)
-        for (start_us,), part in new.partition_by(_WINDOW_US, as_dict=True, include_key=True).items():
-            start_ms = int(start_us) // _MS
-            if self.windows.containsKey((start_ms,)):
-                part = pl.concat(
-                    [_from_ipc(self.windows.getValue((start_ms,))[0]), part], how="vertical_relaxed"
-                )
-            self.windows.updateValue((start_ms,), (_to_ipc(self.spec.fold(part)),))
+        for start_ms in self.windows.add(new, _WINDOW_US, self.spec.fold):
             self.handle.registerTimer(start_ms + self.spec.size_ms)
         yield from self._count_closed(timerValues.getCurrentWatermarkInMs())
 
@@ -135,15 +107,14 @@ class JoinCountProcessor(StatefulProcessor):
         yield from self._count_closed(watermark)
 
     def _count_closed(self, watermark_ms: int) -> Iterator[pd.DataFrame]:
-        starts = sorted(k[0] for k in self.windows.keys())  # noqa: SIM118 (a MapState, not a dict)
-        closed = [s for s in starts if s + self.spec.size_ms <= watermark_ms]
+        closed = [s for s in self.windows.starts() if s + self.spec.size_ms <= watermark_ms]
         for start in closed:
-            out = self.spec.pairs(_from_ipc(self.windows.getValue((start,))[0]), start)
+            out = self.spec.pairs(self.windows.get(start), start)
             if out.height:
                 yield out.to_pandas()
-            self.windows.removeKey((start,))
+            self.windows.remove(start)
         if closed:
-            self.done_until.update((closed[-1] + self.spec.size_ms,))
+            self.windows.mark_done(closed[-1] + self.spec.size_ms)
 
     def close(self) -> None:
         pass
