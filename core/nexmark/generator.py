@@ -151,6 +151,12 @@ class GeneratorConfig:
             )
 
 
+def entity_share(entity: str) -> float:
+    """The share of all event indices that are of `entity` (person 1/50, auction 3/50, bid 46/50)."""
+    lo, hi = _ENTITY_SLOTS[check_entity(entity)]
+    return (hi - lo) / PROPORTION_DENOMINATOR
+
+
 def event_ids(entity: str, start: int, end: int) -> np.ndarray:
     """Global indices n in [start, end) whose event is of `entity`, ascending (int64)."""
     lo, hi = _ENTITY_SLOTS[check_entity(entity)]

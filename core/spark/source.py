@@ -12,7 +12,9 @@ puts `withWatermark("date_time", ...)` first and then filters `date_time < END_O
 
 Options (all strings): entity (required), events (required), seed (0), schedule (RateSchedule text,
 "10000"), pace ("none" | "arrival"), pace_origin (unix seconds of event 0's release; default: when
-the stream reader is created), max_events_per_batch (200000), events_per_partition (100000).
+the stream reader is created), max_events_per_batch (200000), records_per_task (100000: a task covers
+the offsets that hold about this many of the entity's records, so a person task covers 50 times the
+offsets of a bid task; a Python source task costs ~0.1 s whatever it holds, ADR 0016).
 When a paced query restarts from a checkpoint, pass pace_origin explicitly: otherwise the clock
 restarts and the query waits until it catches up with the checkpointed offset.
 
@@ -40,6 +42,7 @@ from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxRows, SupportsTri
 
 from core.direct_sink import DIRECT_SINK_TAG
 from core.errors import ConfigError
+from core.nexmark.generator import entity_share
 from core.nexmark.schedule import RateSchedule
 from core.nexmark.schema import check_entity, spark_ddl
 from core.offload_plan import expected_offloaded_share
@@ -56,7 +59,7 @@ if TYPE_CHECKING:
 
 SOURCE_NAME = "nexmark"
 PACES = ("none", "arrival")
-MAX_TASK_STRETCH = 16  # a routed task covers at most this many times events_per_partition offsets
+MAX_TASK_STRETCH = 16  # a routed task covers at most this many times offsets_per_task offsets
 
 
 @dataclass(frozen=True)
@@ -70,7 +73,7 @@ class SourceOptions:
     pace: str = "none"
     pace_origin: float | None = None
     max_events_per_batch: int = 200_000
-    events_per_partition: int = 100_000
+    records_per_task: int = 100_000
     route: RouteOptions | None = None
 
     @classmethod
@@ -99,7 +102,7 @@ class SourceOptions:
             pace=pace,
             pace_origin=None if origin is None else _real(origin, "pace_origin"),
             max_events_per_batch=_integer(opts, "max_events_per_batch", 200_000, minimum=1),
-            events_per_partition=_integer(opts, "events_per_partition", 100_000, minimum=1),
+            records_per_task=_integer(opts, "records_per_task", 100_000, minimum=1),
             route=RouteOptions.parse(opts),
         )
         parsed.generator_config()  # validate the generator's own constraints up front
@@ -109,6 +112,11 @@ class SourceOptions:
         from core.nexmark.generator import GeneratorConfig
 
         return GeneratorConfig(seed=self.seed, events=self.events, schedule=self.schedule)
+
+    @property
+    def offsets_per_task(self) -> int:
+        """Offsets of one task: those holding about `records_per_task` of the entity's records."""
+        return max(1, int(self.records_per_task / entity_share(self.entity)))
 
     @property
     def end_offset(self) -> int:
@@ -134,11 +142,9 @@ def event_ranges(start: int, end: int, step: int, events: int, punctuate: bool) 
     ]
 
 
-def routed_step(
-    events_per_partition: int, route: str, segments: Sequence[Segment], start: int, end: int
-) -> int:
-    """Offsets per task of a routed stream: enough that a task keeps ~`events_per_partition` records
-    (twice that on the workers' stream, whose tasks mostly wait on chunks in flight).
+def routed_step(offsets_per_task: int, route: str, segments: Sequence[Segment], start: int, end: int) -> int:
+    """Offsets per task of a routed stream: enough that a task keeps the records of `offsets_per_task`
+    offsets (twice that on the workers' stream, whose tasks mostly wait on chunks in flight).
 
     Why: a Spark task of a Python source costs ~0.1 s whatever it holds (measured, ADR 0012), so at a
     high share the VM stream's tasks of heartbeats alone cost more than its records. The share comes
@@ -152,7 +158,7 @@ def routed_step(
         covered += max(0, hi - lo) * expected_offloaded_share(seg.plan)
     share = covered / (end - start) if end > start else 0.0
     kept = share / 2 if route == OFFLOAD_ROUTE else 1.0 - share
-    return max(1, int(events_per_partition / max(kept, 1.0 / MAX_TASK_STRETCH)))
+    return max(1, int(offsets_per_task / max(kept, 1.0 / MAX_TASK_STRETCH)))
 
 
 def read_range(options: SourceOptions, partition: EventRange) -> Iterator[pa.RecordBatch]:
@@ -188,7 +194,7 @@ class NexmarkBatchReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         opts = self.options
-        return event_ranges(0, opts.events, opts.events_per_partition, opts.events, punctuate=False)
+        return event_ranges(0, opts.events, opts.offsets_per_task, opts.events, punctuate=False)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, EventRange)
@@ -263,14 +269,14 @@ class NexmarkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         opts = self.options
         if opts.route is None:
             return event_ranges(
-                int(start["event"]), int(end["event"]), opts.events_per_partition, opts.events, punctuate=True
+                int(start["event"]), int(end["event"]), opts.offsets_per_task, opts.events, punctuate=True
             )
         from router.routing_log import RoutingLog, covering, read_current_plan
 
         lo, hi = int(start["event"]), int(end["event"])
         log = RoutingLog(opts.route.offload_dir, opts.entity)
         segments = log.plan_range(lo, hi, read_current_plan(opts.route.offload_dir))
-        step = routed_step(opts.events_per_partition, opts.route.route, segments, lo, hi)
+        step = routed_step(opts.offsets_per_task, opts.route.route, segments, lo, hi)
         ranges = event_ranges(lo, hi, step, opts.events, punctuate=True)
         return [replace(r, segments=covering(segments, r.start, r.end)) for r in ranges]
 

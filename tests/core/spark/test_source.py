@@ -51,7 +51,7 @@ def _options(**extra: str) -> SourceOptions:
 
 def test_options_defaults_and_errors() -> None:
     opts = _options()
-    assert (opts.seed, opts.events, opts.pace, opts.max_events_per_batch, opts.events_per_partition) == (
+    assert (opts.seed, opts.events, opts.pace, opts.max_events_per_batch, opts.records_per_task) == (
         0,
         1000,
         "none",
@@ -59,6 +59,12 @@ def test_options_defaults_and_errors() -> None:
         100_000,
     )
     assert opts.schedule == RateSchedule.constant(10_000)
+    # A task covers the offsets holding ~records_per_task of its entity's records (1, 3, 46 of 50).
+    tasks = {
+        e: SourceOptions.parse({"entity": e, "events": "1", "records_per_task": "600"}).offsets_per_task
+        for e in ENTITIES
+    }
+    assert tasks == {"person": 30_000, "auction": 10_000, "bid": 652}
     assert SourceOptions.parse({"ENTITY": "Person", "events": "5"}).entity == "person"
     for bad in (
         {"events": "10"},
@@ -205,10 +211,10 @@ def test_batch_read_equals_generate(spark: SparkSession, entity: str) -> None:
         .option("entity", entity)
         .option("events", "2600")
         .option("seed", "11")
-        .option("events_per_partition", "700")
+        .option("records_per_task", "700")
         .load()
     )
-    assert df.rdd.getNumPartitions() == 4
+    assert df.rdd.getNumPartitions() == {"person": 1, "auction": 1, "bid": 4}[entity]
     assert [f.name for f in df.schema] == schema_for(entity).names
     assert _rows(df) == _expected(entity, 11, 2600)
 
@@ -224,7 +230,7 @@ def test_stream_read_equals_generate_plus_punctuation(spark: SparkSession, entit
         .option("events", str(events))
         .option("seed", "5")
         .option("max_events_per_batch", "600")
-        .option("events_per_partition", "250")
+        .option("records_per_task", "230")
         .load()
     )
     query = (
