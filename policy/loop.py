@@ -35,6 +35,7 @@ class PolicyLoop:
         apply: Callable[[Decision], None],
         log: DecisionLog | None,
         interval_s: float = 1.0,
+        recent_s: float = 0.25,
         gauges: Callable[[], dict[str, float]] = dict,
         vm_action: VmAction | None = None,
     ) -> None:
@@ -43,6 +44,7 @@ class PolicyLoop:
         self.apply = apply
         self.log = log
         self.interval_s = interval_s
+        self.recent_s = min(recent_s, interval_s)  # the window of the observation's recent input rate
         self.gauges = gauges  # recorded with each sample (e.g. the agent's connected workers)
         self.vm_action = vm_action  # asks for or gives back VMs (None: the VMs are fixed)
         self.samples: list[tuple[Observation, Decision | None, dict[str, float]]] = []
@@ -84,4 +86,7 @@ class PolicyLoop:
                     last = (decision.share, decision.workers)
             self.samples.append((obs, decision, self.gauges()))
             next_t += self.interval_s
+            if self._stop.wait(max(0.0, next_t - self.recent_s - time.time())):
+                break
+            self.monitor.mark()
             self._stop.wait(max(0.0, next_t - time.time()))

@@ -33,6 +33,18 @@ class Observation:
     vm_cores: int
     cost_ms: float  # what taking this observation cost
     utilisation: float | None = None  # share of the last epoch spent on records, 1 - F / T (see `load`)
+    recent_input_rate: float | None = None  # input rate over the interval's last fraction (`arrival_rate`)
+
+    @property
+    def arrival_rate(self) -> float:
+        """The input rate a burst is sized on: the second's rate, or its last fraction's when higher.
+
+        A burst that starts inside a second fills only part of that second's rate; sized on it, the
+        first burst epochs get a share that is too small and are the slowest of the burst. The last
+        fraction shows the new rate at once; the higher of the two keeps the fall of a burst from
+        reading as an early calm (the scale-down waits out its hold anyway).
+        """
+        return max(self.input_rate, self.recent_input_rate or 0.0)
 
     @property
     def load(self) -> float | None:
@@ -119,7 +131,8 @@ def _cpu(proc: psutil.Process) -> float:
 
 
 class Monitor:
-    """Turns counters into an Observation each time `observe()` is called (the loop calls it each second).
+    """Turns counters into an Observation each time `observe()` is called (the loop calls it each second,
+    and `mark()` a fraction of a second before, for the recent input rate).
 
     `released()` and `committed()` are source offsets in events (released by the source's pace and
     committed by finished epochs); `last_epoch_s()` the duration of the last finished epoch.
@@ -146,6 +159,11 @@ class Monitor:
         self._clock = clock
         self._epoch_fixed_s = epoch_fixed_s  # F of the calibration: turns epoch durations into a load
         self._last: tuple[float, float, int, int] | None = None  # time, cpu seconds, released, committed
+        self._mark: tuple[float, int] | None = None  # time and released offsets at `mark()`
+
+    def mark(self) -> None:
+        """Start the recent window: the next observation also reports the input rate since now."""
+        self._mark = (self._clock(), self._released())
 
     def observe(self) -> Observation:
         started = time.perf_counter()
@@ -162,6 +180,11 @@ class Monitor:
             input_rate = (released - rel0) / dt
             processed_rate = (committed - com0) / dt
         self._last = (now, cpu_s, released, committed)
+        recent = None
+        if self._mark is not None:
+            t0, rel0 = self._mark
+            recent = (released - rel0) / max(now - t0, 1e-6)
+            self._mark = None
         epoch_s = self._last_epoch_s()
         utilisation = None
         if self._epoch_fixed_s is not None and epoch_s:
@@ -176,4 +199,5 @@ class Monitor:
             vm_cores=cores,
             cost_ms=(time.perf_counter() - started) * 1000.0,
             utilisation=utilisation,
+            recent_input_rate=recent,
         )

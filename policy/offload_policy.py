@@ -18,7 +18,9 @@ engine the share of each epoch spent on records, which is what its CPU fails to 
 * never offload when an offloaded record costs the VMs as much as a kept one (`offload_cost` >= 1,
   measured by the drill's probes): the trigger is then NO_GAIN, and only more VMs can help;
 * scale down with hysteresis: only after the input has fitted the VMs and the backlog has drained for
-  `scale_down_hold_s` in a row, and never while catching up; then several rounds lower the share.
+  `scale_down_hold_s` in a row, and never while catching up; then release everything once the VMs
+  carry what is required inside their CPU band, else lower the share over several rounds.
+* size a burst on the observation's `arrival_rate`, which sees a burst that began inside the second.
 """
 
 from __future__ import annotations
@@ -119,23 +121,24 @@ class SpongePolicy:
         band_top = capacity * cfg.cpu_high / cfg.cpu_target  # a load inside the band is not a burst
         load = obs.load
         cpu_high = load is not None and load > cfg.cpu_high
+        rate = obs.arrival_rate
         fired = (
             HOLD  # no epoch has finished yet: rates and backlog say nothing about capacity
             if obs.epoch_s is None
             else QUEUE_DELAY
             if obs.queue_delay_s > cfg.queue_delay_limit_s + in_flight
             else INPUT_RATE
-            if obs.input_rate > band_top
+            if rate > band_top
             else CPU
-            if cpu_high and obs.input_rate > capacity
+            if cpu_high and rate > capacity
             else HOLD
         )
-        overloaded = fired != HOLD or (obs.epoch_s is not None and obs.input_rate > band_top)
+        overloaded = fired != HOLD or (obs.epoch_s is not None and rate > band_top)
         if overloaded:
             self._burst.append((obs, self.share))  # the share in force while this second's input arrived
         excess = self._excess(capacity)
-        queued = max(obs.backlog - obs.input_rate * in_flight, 0.0)  # beyond the epoch in flight
-        required = obs.input_rate + max(queued, excess) / cfg.deadline_s
+        queued = max(obs.backlog - rate * in_flight, 0.0)  # beyond the epoch in flight
+        required = rate + max(queued, excess) / cfg.deadline_s
         wanted = self._share_for(required, capacity)
         if fired != HOLD and not offload_pays(cfg.offload_cost) and required * cfg.headroom > capacity:
             fired = NO_GAIN  # the VMs need relief that offloading cannot give
@@ -145,6 +148,9 @@ class SpongePolicy:
         elif self.share > 0 and not overloaded and obs.queue_delay_s <= in_flight + cfg.deadline_s / 2:
             self._calm_since = obs.t if self._calm_since is None else self._calm_since
             if obs.t - self._calm_since >= cfg.scale_down_hold_s:
+                if required <= band_top:
+                    wanted = 0.0  # the VMs carry it inside their band, and a routed epoch's fixed cost
+                    # makes a sliver of offload slower than none (ADR 0017)
                 fired = SCALE_DOWN if wanted > 0 else RELEASE
                 self._set(wanted if wanted < self.share * 0.9 else self.share, capacity, required)
                 self._calm_since = obs.t  # another round only after another calm hold
@@ -183,8 +189,8 @@ class SpongePolicy:
         load = obs.load
         if self.share > 0 or load is None or not cfg.cpu_low <= load <= cfg.cpu_high:
             return
-        if obs.input_rate <= 0 or obs.queue_delay_s > 1.0:
-            return
+        if obs.input_rate <= 0 or obs.queue_delay_s > 1.0 or obs.arrival_rate > obs.input_rate * 1.1:
+            return  # idle, queued, or the rate changed within the second: not a stable period
         sample = per_core_rate(obs.input_rate / max(obs.vm_cores, 1), load * 100)
         self._per_core += cfg.learn_rate * (sample - self._per_core)
 

@@ -86,3 +86,24 @@ def test_the_epoch_utilisation_is_what_the_fixed_cost_leaves_of_an_epoch() -> No
     assert monitor.observe().utilisation == 0.75
     obs = monitor.observe()
     assert obs.utilisation == 0.0 and obs.load == 0.0
+
+
+def test_a_mark_makes_the_next_observation_report_the_recent_input_rate() -> None:
+    """Released offsets 0, then 10,000 at the 0.75 s mark, then 16,000 at 1 s: the second's rate is
+    16,000/s, its last quarter's 24,000/s; an observation without a mark reports no recent rate."""
+    clock = iter([0.0, 0.75, 1.0, 2.0])
+    released = iter([0, 10_000, 16_000, 30_000])
+    monitor = Monitor(
+        cpu=ProcessTreeCpu(lambda: [os.getpid()]),
+        vm_cores=lambda: 1,
+        released=lambda: next(released),
+        committed=lambda: 0,
+        last_epoch_s=lambda: 1.0,
+        origin=0.0,
+        clock=lambda: next(clock),
+    )
+    monitor.observe()
+    monitor.mark()
+    obs = monitor.observe()
+    assert (obs.input_rate, obs.recent_input_rate, obs.arrival_rate) == (16_000, 24_000, 24_000)
+    assert monitor.observe().recent_input_rate is None

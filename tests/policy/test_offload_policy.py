@@ -17,6 +17,7 @@ from policy.offload_policy import (
     NO_GAIN,
     QUEUE_DELAY,
     RELEASE,
+    SCALE_DOWN,
     PolicyConfig,
     SpongePolicy,
 )
@@ -160,3 +161,36 @@ def test_the_epoch_utilisation_overrides_a_cpu_that_reads_busy_at_any_rate() -> 
     busy = Observation(1, 0.95, 7_500, 7_500, 0, 1.0, vm_cores=1, cost_ms=0.1)
     assert SpongePolicy(CONFIG).decide(busy).trigger != HOLD
     assert policy.decide(replace(busy, utilisation=0.6)).trigger == HOLD
+
+
+def test_a_burst_that_began_inside_the_second_is_sized_on_its_recent_rate() -> None:
+    """The burst began 0.3 s before the observation: the second's rate reads 9,100/s, its last quarter
+    14,000/s. Sized on 9,100 the share would be 1 - 7/9.1 = 0.23; on the recent rate it is 0.5 at once."""
+    policy = SpongePolicy(CONFIG)
+    policy.decide(obs(0, 7_000))
+    d = policy.decide(replace(obs(1, 9_100, cpu=0.8), recent_input_rate=14_000))
+    assert (d.trigger, d.share) == (INPUT_RATE, pytest.approx(0.5))
+    falling = replace(obs(2, 14_000, cpu=0.8), recent_input_rate=7_000)
+    assert falling.arrival_rate == 14_000  # the fall of a burst is not read early
+
+
+def test_scale_down_releases_at_once_when_the_vms_carry_the_input_inside_their_band() -> None:
+    """After a burst the input returns to the stable rate, at the 70 % target. With the usual headroom
+    (1.1) the arithmetic still asks for 1 - 7 / (7 x 1.1) = 9 % offloaded: the policy releases
+    everything instead, since 7,000/s fits the band (the VMs carry 8,000/s at 80 %)."""
+    policy = SpongePolicy(replace(CONFIG, headroom=1.1))
+    policy.decide(obs(0, 14_000, cpu=0.95))
+    decisions = [policy.decide(obs(t, 7_000, backlog=7_000)) for t in range(1, 8)]
+    assert [d.share for d in decisions[-2:]] == [0.0, 0.0]
+    assert RELEASE in {d.trigger for d in decisions} and policy.workers == 0
+
+
+def test_scale_down_lowers_the_share_in_rounds_while_a_queue_is_required_beyond_the_band() -> None:
+    """Input 7,500/s with a 15,000 backlog (a 2 s queue, calm enough to scale down): 7,500 queued past
+    the 1 s epoch, drained over 2 s, require 11,250/s, beyond the band's 8,000: the share falls to
+    1 - 7 / 11.25 = 0.378, not to zero."""
+    policy = SpongePolicy(CONFIG)
+    policy.decide(obs(0, 30_000, cpu=0.95))
+    assert policy.share > 0.7
+    d = [policy.decide(obs(t, 7_500, backlog=15_000)) for t in range(1, 7)][-1]
+    assert (d.trigger, d.share) == (SCALE_DOWN, pytest.approx(1 - 7 / 11.25, abs=1e-4))

@@ -100,6 +100,9 @@ def test_the_loop_runs_the_vm_action_each_second_and_keeps_its_failures() -> Non
         def __init__(self) -> None:
             self.t = 0.0
 
+        def mark(self) -> None:
+            pass
+
         def observe(self) -> Observation:
             self.t += 1
             return obs(self.t)
