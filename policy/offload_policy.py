@@ -148,9 +148,8 @@ class SpongePolicy:
         elif self.share > 0 and not overloaded and obs.queue_delay_s <= in_flight + cfg.deadline_s / 2:
             self._calm_since = obs.t if self._calm_since is None else self._calm_since
             if obs.t - self._calm_since >= cfg.scale_down_hold_s:
-                if required <= band_top:
-                    wanted = 0.0  # the VMs carry it inside their band, and a routed epoch's fixed cost
-                    # makes a sliver of offload slower than none (ADR 0017)
+                if required <= band_top:  # the VMs carry it inside their band: release everything,
+                    wanted = 0.0  # since a routed epoch's own fixed cost makes a sliver slower than none
                 fired = SCALE_DOWN if wanted > 0 else RELEASE
                 self._set(wanted if wanted < self.share * 0.9 else self.share, capacity, required)
                 self._calm_since = obs.t  # another round only after another calm hold
