@@ -33,13 +33,13 @@ java:
 	  fi; \
 	fi
 
-$(STAMP): pyproject.toml constraints.txt router/agent.proto | java
+$(STAMP): pyproject.toml constraints.txt core/wire/agent.proto | java
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' || \
 	  { echo "error: Python 3.11+ is needed (found $$($(PYTHON) --version)); set PYTHON=/path/to/python3.11" >&2; exit 1; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev]'
-	$(BIN)/python -m router.build_proto
+	$(BIN)/python -m core.wire.build_proto
 	@touch $(STAMP)
 	@echo "setup: done; the CLI is $(BIN)/sponge"
 

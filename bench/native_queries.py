@@ -3,7 +3,7 @@
 This is "what a Spark expert would write" for each query of docs/queries.md, straight from that text
 and independent of our query API and of `core/spark/lower.py`: no proxies, no panes, Spark's own
 window() for sliding windows, one aggregation wherever one suffices. Only the source DataFrames are
-shared with our plans (`core.spark.runner.nexmark_sources`: watermark on date_time plus the
+shared with our plans (`core.spark.streams.nexmark_sources`: watermark on date_time plus the
 end-of-stream punctuation), so that the source cost is identical in every variant of the bench.
 
 Every function takes `source(entity) -> DataFrame` and the window parameters and returns the

@@ -67,13 +67,13 @@ from core.nexmark.generator import PROPORTION_DENOMINATOR, GeneratorConfig, even
 from core.nexmark.params import QueryParams
 from core.nexmark.schedule import RateSchedule
 from core.results import diff_results
-from lambda_worker.arrow_ipc import decode, encode
+from core.wire.arrow_ipc import decode, encode
 from lambda_worker.program import ProgramSpec
 from router.agent import AgentConfig, AgentServer
 from router.client import AgentClient
 from router.dispatcher import DispatchConfig
-from router.embedded_fleet import EmbeddedFleet, EmbeddedFleetConfig
 from router.fleet import FleetConfig
+from router.invokers.embedded import EmbeddedFleet, EmbeddedFleetConfig
 
 PARAMS = QueryParams(window_size_s=10, window_slide_s=2)
 PROGRAMS: dict[str, ProgramSpec] = {

@@ -10,7 +10,7 @@ second one) in ONE SparkSession:
   (b) plain  the logical DAG lowered without any proxy: `run_query(RunConfig(..., plain=True))`;
   (c) native the query written by hand in PySpark Structured Streaming (bench/native_queries.py),
              started by a small loop here that mirrors run_query (same sources from
-             `core.spark.runner.nexmark_sources`, same Parquet sink, trigger and output mode).
+             `core.spark.streams.nexmark_sources`, same Parquet sink, trigger and output mode).
 
 Method:
 * The variants run interleaved, one run of each per round, for R rounds, so that drifts of a noisy
@@ -70,8 +70,9 @@ from core.nexmark.schedule import RateSchedule
 from core.plan import Source
 from core.results import diff_results, read_results
 from core.rewrite import rewrite
-from core.spark.runner import RunConfig, nexmark_sources, run_query, stream_to_end
+from core.spark.runner import RunConfig, run_query, stream_to_end
 from core.spark.session import SparkConfig, spark_session
+from core.spark.streams import nexmark_sources
 
 VARIANTS = ("a", "b", "c")
 VARIANT_NAMES = {"a": "ours (rewritten, inactive proxies)", "b": "plain plan", "c": "native PySpark"}

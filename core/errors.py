@@ -32,3 +32,7 @@ class MissingDependencyError(SpongeError):
 
 class InputError(SpongeError):
     """Input data cannot be read."""
+
+
+class DeployError(SpongeError):
+    """CloudFormation refused or failed the deployment."""

@@ -44,7 +44,7 @@ WINDOW = "window"
 class AggCall:
     """One aggregate in a window aggregate: `out = fn(arg)`.
 
-    `fn` names an entry of `core/aggregates.py`, where each aggregate declares
+    `fn` names an entry of `merge/aggregates.py`, where each aggregate declares
     create/add/merge/extract so that partial states built on Lambda workers can be merged.
     """
 

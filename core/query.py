@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.aggregates import aggregate
 from core.errors import PlanError
 from core.expr import DType, Expr
 from core.plan import (
@@ -35,6 +34,7 @@ from core.plan import (
     WindowJoin,
     WindowSpec,
 )
+from merge.aggregates import aggregate
 
 Columns = dict[str, DType]
 

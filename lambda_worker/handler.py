@@ -13,7 +13,7 @@ fleet sets POWERTOOLS_TRACE_DISABLED and friends in the local runtime's environm
 
 Events:
     {"warmup": true, "program": {...}?}  import and compile, then return at once (keep-warm pings)
-    {session descriptor}                  dial the agent and serve chunks (lambda_worker/descriptor.py)
+    {session descriptor}                  dial the agent and serve chunks (core/wire/descriptor.py)
 """
 
 from __future__ import annotations
@@ -83,8 +83,8 @@ def configure_faults(faults: Any) -> None:
 
 
 def _warmup(event: Mapping[str, Any], cold: bool, started: float) -> dict[str, Any]:
+    from core.wire.protocol import grpc_module, pb
     from lambda_worker.program import ProgramSpec
-    from router.protocol import grpc_module, pb
 
     grpc_module()
     pb()
@@ -95,7 +95,7 @@ def _warmup(event: Mapping[str, Any], cold: bool, started: float) -> dict[str, A
 
 
 def _serve(event: Mapping[str, Any], context: Any, cold: bool, started: float) -> dict[str, Any]:
-    from lambda_worker.descriptor import SessionDescriptor
+    from core.wire.descriptor import SessionDescriptor
     from lambda_worker.session import ChunkFaults, WorkerSession
 
     descriptor = SessionDescriptor.from_event(event)

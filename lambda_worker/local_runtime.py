@@ -3,7 +3,7 @@
 Why a process per environment: it gives the embedded backend Lambda's behaviours a caller must
 survive, for real: a cold start (interpreter start, handler import, program compile) versus warm
 reuse of an idle process with everything still imported, a process that can be killed at its timeout
-or crash mid-chunk, and nothing shared with the agent but the network. router/embedded_fleet.py
+or crash mid-chunk, and nothing shared with the agent but the network. router/invokers/embedded.py
 starts it, hands it invocations and enforces the timeout.
 
 Protocol (one JSON object per line): the runtime writes {"type": "ready", "import_s": ...} once, then

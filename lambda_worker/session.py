@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from lambda_worker.descriptor import SessionDescriptor
+from core.wire.descriptor import SessionDescriptor
 from lambda_worker.program import ProgramCache, ProgramSpec
 
 
@@ -85,7 +85,7 @@ class WorkerSession:
         return self.context.get_remaining_time_in_millis() / 1000.0 - self.d.safety_margin_s
 
     def run(self) -> SessionSummary:
-        from router.protocol import CHANNEL_OPTIONS, PROTOCOL_VERSION, grpc_module, pb
+        from core.wire.protocol import CHANNEL_OPTIONS, PROTOCOL_VERSION, grpc_module, pb
 
         if self.d.protocol_version != PROTOCOL_VERSION:
             raise SessionError(
@@ -195,7 +195,7 @@ class WorkerSession:
                 last_work = time.monotonic()
 
     def _process(self, agent_pb2: Any, chunk: Any) -> Any:
-        from lambda_worker.arrow_ipc import checksum, decode, encode
+        from core.wire.arrow_ipc import checksum, decode, encode
 
         number = self.summary.chunks + self.summary.failures + 1
         t0 = time.perf_counter()

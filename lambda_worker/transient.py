@@ -4,7 +4,7 @@ Why the same operator values: a transient operator (TO) is the paper's clone of 
 prepared to run on a Lambda worker (section 4.1). It is built from the very `LogicalPlan` nodes the
 Spark lowering uses, and every expression goes through `core.expr_polars.to_polars`, so the worker
 path and the VM path compute the same thing by construction; a final window aggregate becomes its
-*partial* form (lambda_worker/partials.py), which the VM merges into Spark's state.
+*partial* form (merge/partials.py), which the VM merges into Spark's state.
 
 A chain may cross a shuffle edge into its final aggregate: the router (on a VM) decides which records
 a worker sees, the worker pre-aggregates whatever subset it gets, and the partial rows travel back
@@ -23,7 +23,7 @@ from core.errors import PlanError
 from core.expr import Col
 from core.expr_polars import to_polars
 from core.plan import WINDOW, Filter, FlatMap, KeyBy, LogicalPlan, Map, Operator, WindowAggregate
-from lambda_worker.partials import (
+from merge.partials import (
     WINDOW_END,
     WINDOW_START,
     check_supported,

@@ -8,7 +8,7 @@ the fleet, the in-flight chunks and the result cache must outlive any one task. 
 * serves `Work` to workers, which dial out to it (paper challenge C2); a worker must present the
   token derived from the session secret for its own worker id (constant-time check), else it is
   refused and counted;
-* owns the fleet through an `Invoker` (router/invoker.py) and the chunk life cycle through the
+* owns the fleet through an `Invoker` (router/invokers/base.py) and the chunk life cycle through the
   `Dispatcher` (router/dispatcher.py): upstream backup, re-dispatch, local fallback.
 
     python -m router.agent --port 0 --secret-file /path/secret --invoker embedded --max-workers 4 \
@@ -40,15 +40,8 @@ from typing import Any
 from core.direct_sink import write_chunk
 from core.errors import ConfigError, SpongeError
 from core.fault_spec import FaultSpec, parse_all
-from lambda_worker.arrow_ipc import checksum, decode, encode
-from lambda_worker.program import ProgramCache, ProgramSpec
-from router import stats
-from router.boto3_invoker import INVOCATION_TYPES
-from router.dispatcher import ChunkFailed, ChunkOutcome, ChunkTask, DispatchConfig, Dispatcher, WorkerLink
-from router.faults import AgentFaults, check_agent_faults, check_can_kill
-from router.fleet import FleetConfig, FleetManager
-from router.invoker import Invoker, make_invoker
-from router.protocol import (
+from core.wire.arrow_ipc import checksum, decode, encode
+from core.wire.protocol import (
     PROTOCOL_VERSION,
     SECRET_METADATA,
     SERVER_OPTIONS,
@@ -57,6 +50,14 @@ from router.protocol import (
     secret_matches,
     token_matches,
 )
+from lambda_worker.program import ProgramCache, ProgramSpec
+from router import stats
+from router.dispatcher import ChunkFailed, ChunkOutcome, ChunkTask, DispatchConfig, Dispatcher, WorkerLink
+from router.faults import AgentFaults, check_agent_faults, check_can_kill
+from router.fleet import FleetConfig, FleetManager
+from router.invokers import make_invoker
+from router.invokers.base import Invoker
+from router.invokers.lambda_api import INVOCATION_TYPES
 from router.result_cache import ChunkKey, ResultCache
 
 MIN_SECRET_BYTES = 16

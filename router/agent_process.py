@@ -25,7 +25,7 @@ from typing import IO, Any
 
 from core.errors import ConfigError, SpongeError
 from core.fault_spec import FaultSpec
-from router.boto3_invoker import INVOCATION_TYPES
+from router.invokers.lambda_api import INVOCATION_TYPES
 from router.stats import WORKERS_PREWARMED
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -64,7 +64,7 @@ def check_invocation_type(invocation_type: str) -> None:
 
 @dataclass(frozen=True)
 class LambdaFunction:
-    """The deployed function a boto3 agent invokes (core.deploy.Deployment, reduced to what it needs).
+    """The deployed function a boto3 agent invokes (core.deployment.Deployment, reduced to what it needs).
 
     `env`: extra environment of the agent process, e.g. LocalStack's test credentials, so the
     invoker uses boto3's default chain everywhere and never sees a key on its command line.

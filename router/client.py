@@ -25,9 +25,9 @@ from typing import Any
 import pyarrow as pa
 
 from core.errors import ConfigError, SpongeError
-from lambda_worker.arrow_ipc import checksum, decode, encode
+from core.wire.arrow_ipc import checksum, decode, encode
+from core.wire.protocol import CHANNEL_OPTIONS, SECRET_METADATA, grpc_module, pb
 from lambda_worker.program import ProgramSpec
-from router.protocol import CHANNEL_OPTIONS, SECRET_METADATA, grpc_module, pb
 
 RETRY_BACKOFF_S = 0.1
 """First pause before a retry; it doubles per retry up to RETRY_BACKOFF_CAP_S."""

@@ -28,7 +28,7 @@ from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from core.errors import ConfigError, SpongeError
-from lambda_worker.arrow_ipc import checksum
+from core.wire.arrow_ipc import checksum
 from router import stats
 
 

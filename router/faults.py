@@ -29,7 +29,7 @@ from core.errors import ConfigError
 from core.fault_spec import AGENT_KINDS, KILL_WORKER, SLOW_WORKER, THROTTLE, FaultSpec, of_kind
 from router import stats
 from router.dispatcher import ChunkTask
-from router.invoker import InvokeHandle, Invoker, Throttled
+from router.invokers.base import InvokeHandle, Invoker, Throttled
 
 
 def check_agent_faults(specs: Iterable[FaultSpec]) -> tuple[FaultSpec, ...]:

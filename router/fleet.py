@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.errors import ConfigError
-from lambda_worker.descriptor import SessionDescriptor
+from core.wire.descriptor import SessionDescriptor
+from core.wire.protocol import PROTOCOL_VERSION, worker_token
 from router import stats
-from router.invoker import InvokeFailed, InvokeHandle, Invoker, Throttled
-from router.protocol import PROTOCOL_VERSION, worker_token
+from router.invokers.base import InvokeFailed, InvokeHandle, Invoker, Throttled
 
 
 @dataclass(frozen=True)

@@ -21,13 +21,13 @@ from typing import Any
 import pyarrow as pa
 
 from core.nexmark.generator import GeneratorConfig, generate
-from lambda_worker.arrow_ipc import encode
+from core.wire.arrow_ipc import encode
 from lambda_worker.program import ProgramSpec
 from router.agent import AgentConfig, AgentServer
 from router.client import AgentClient
 from router.dispatcher import DispatchConfig
-from router.embedded_fleet import EmbeddedFleet, EmbeddedFleetConfig
 from router.fleet import FleetConfig
+from router.invokers.embedded import EmbeddedFleet, EmbeddedFleetConfig
 
 PROGRAMS = {
     "q5": ProgramSpec("q5", ("map1", "key_by2", "window_aggregate3")),

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core.drill.latency import Epoch
 from core.errors import SpongeError
+from core.latency import Epoch
 from core.nexmark.schedule import RateSchedule
 from core.offload_plan import DEFAULT_OFFLOAD_COST
 from policy.offload_policy import offload_pays

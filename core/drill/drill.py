@@ -33,7 +33,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from core.drill import latency
+from core import latency
 from core.drill.calibrate import (
     PROBE_SCHEDULE,
     PROBE_SHARE,
@@ -44,9 +44,9 @@ from core.drill.calibrate import (
     higher_ramp,
     offload_cost,
 )
-from core.drill.patterns import BurstPattern, Trace
 from core.drill.run_policy import PolicyRun
 from core.errors import ConfigError, SpongeError
+from core.nexmark.patterns import BurstPattern, Trace
 from core.nexmark.schedule import RateSchedule
 from core.offload_plan import DEFAULT_OFFLOAD_COST
 

@@ -24,8 +24,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from core.drill.latency import Epoch
 from core.errors import ConfigError
+from core.latency import Epoch
 from core.offload_plan import DEFAULT_OFFLOAD_COST
 from policy.cost_model import Prices
 

@@ -10,7 +10,7 @@ Why some lowerings look the way they do:
 * Sliding windows are aggregated per pane (a tumbling window of the slide) and the pane partials are
   then merged into the sliding windows, so no record is copied into every window it belongs to.
 * A sliding aggregate whose only reader is a per-window top-k runs as one operator over its rows in
-  partial form, which keeps the panes itself (core/spark/sliding_top_k.py, ADR 0010 and 0014).
+  partial form, which keeps the panes itself (merge/spark/sliding_top_k.py, ADR 0010 and 0014).
 * Aggregates that keep records (max_with_ties, latest_n) collect structs and trim them after the
   aggregation: the trim is a stateless projection, so Spark's state holds one list per group.
 """
@@ -41,11 +41,11 @@ from core.plan import (
     WindowSpec,
 )
 from core.rewrite import Kind, Placement, RewrittenPlan
-from core.spark import window_join_count
 from core.spark.expr_spark import to_spark
 from core.spark.session import DEFAULT_STATE_STORE, ROCKSDB_STATE_STORE
-from core.spark.sliding_top_k import fold_per_task, fusable, sliding_top_k
-from merge import spark_merge
+from merge.spark import partial_form as spark_merge
+from merge.spark import window_join_count
+from merge.spark.sliding_top_k import fold_per_task, fusable, sliding_top_k
 
 SourceFactory = Callable[[Source], DataFrame]
 
@@ -116,7 +116,7 @@ def _trims(df: DataFrame, calls: list[AggCall]) -> DataFrame:
 
 
 def _agg_columns(aggs: tuple[AggCall, ...], partial: bool) -> list[Column]:
-    """The aggregates of `aggs` over records, or over partial rows (merge/spark_merge.py)."""
+    """The aggregates of `aggs` over records, or over partial rows (merge/spark/partial_form.py)."""
     if partial:
         cols = [spark_merge.merge_agg(a).alias(a.out) for a in aggs]
         best = [spark_merge.merge_best(a).alias(f"_best_{a.out}") for a in aggs if a.fn == "max_with_ties"]

@@ -38,7 +38,9 @@ class OffloadConfig:
     chunk_rows: int = 16_384
     chunk_timeout_s: float = 10.0
     function_timeout_s: float = 60.0  # the embedded fleet's; a deployed function's own timeout wins
-    deployment: Any = None  # core.deploy.Deployment of a localstack/aws target, read once from its stack file
+    deployment: Any = (
+        None  # core.deployment.Deployment of a localstack/aws target, read once from its stack file
+    )
     stack_dir: Path | None = None  # where `sponge deploy` wrote the stack files (default .sponge/)
     worker_cpus: frozenset[int] | None = None  # pin the agent and workers (drills: the "Lambda" cores)
     prewarm: int = 0  # warm pool (section 4.4): environments warmed at start-up
@@ -54,7 +56,7 @@ class OffloadConfig:
         if self.target not in TARGETS:
             raise ConfigError(f"unknown target {self.target!r}", hint=f"use --target {' or '.join(TARGETS)}")
         if self.target != "embedded" and self.deployment is None:
-            from core.deploy import load_deployment
+            from core.deployment import load_deployment
 
             object.__setattr__(self, "deployment", load_deployment(self.target, self.stack_dir))
         self.plan()  # validates the share
@@ -213,7 +215,7 @@ class OffloadSession:
 
     def offloaded(self, spark: Any, run_config: Any, pace_origin: float) -> Callable[[OffloadChain], Any]:
         """The factory of the workers' result streams, one per chain (see core/spark/lower.py)."""
-        from core.spark.runner import generated_stream, keep_alive
+        from core.spark.streams import generated_stream, keep_alive
         from lambda_worker.program import ProgramSpec
 
         def make(chain: OffloadChain) -> Any:

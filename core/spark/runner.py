@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -27,9 +27,7 @@ from core.plan import Source
 from core.rewrite import rewrite
 from core.spark.offload_session import OFFLOAD_DIR, OffloadConfig, OffloadSession
 from core.spark.session import DEFAULT_STATE_STORE, SparkConfig, spark_session
-
-EOS_TIME = "2100-01-01"  # core.nexmark.schema.END_OF_STREAM_TIME_US as a Spark literal
-DEAD_LETTER_DIR = "dead_letter"  # under the output directory, next to the results
+from core.spark.streams import DEAD_LETTER_DIR, nexmark_sources
 
 
 @dataclass(frozen=True)
@@ -71,70 +69,6 @@ class RunHooks(Protocol):
 
     def stopped(self) -> None:
         """The query has ended (or failed); stop touching the session."""
-
-
-def nexmark_sources(
-    spark, config: RunConfig, pace_origin: float, routes: Mapping[str, Mapping[str, str]] | None = None
-) -> Callable[[Source], object]:
-    """The factory of source streams; `routes` maps an entity to the options of its routed read."""
-
-    def make(src: Source):
-        route = (routes or {}).get(src.entity)
-        if config.input is not None:
-            df = (
-                spark.readStream.format("nexmark-files")
-                .option("path", str(config.input))
-                .option("entity", src.entity)
-                .option("dead_letter", str(config.output / DEAD_LETTER_DIR))
-                .option("bounded", "true")
-                .load()
-            )
-        else:
-            df = generated_stream(spark, config, src.entity, pace_origin, route or {})
-        return keep_alive(df, "date_time", heartbeats=route is not None)
-
-    return make
-
-
-def generated_stream(spark, config: RunConfig, entity: str, pace_origin: float, options: Mapping[str, str]):
-    gen = config.generator
-    reader = (
-        spark.readStream.format("nexmark")
-        .option("entity", entity)
-        .option("seed", str(gen.seed))
-        .option("events", str(gen.events))
-        .option("schedule", gen.schedule.text())
-        .option("pace", "arrival" if config.pace else "none")
-        .option("pace_origin", repr(pace_origin))
-        .option("max_events_per_batch", str(config.max_events_per_batch))
-    )
-    for k, v in options.items():
-        reader = reader.option(k, v)
-    return reader.load()
-
-
-def keep_alive(df, time_column: str | None, heartbeats: bool):
-    """Watermark on `time_column` first, then drop the punctuation (and heartbeat) rows.
-
-    Those rows must reach the watermark operator before they are dropped. Spark pushes predicates
-    that do not mention the event-time column below the watermark (join keys' inferred not-null
-    checks, a query's own filters), which would drop them early: making every column, and the
-    filter itself, depend on the event-time column keeps them all above it.
-    """
-    from pyspark.sql import functions as F
-
-    from router.source_router import HEARTBEAT
-
-    if time_column is None:  # nothing downstream needs a watermark (a stateless chain's output)
-        return df.filter(F.col(HEARTBEAT).isNull()).drop(HEARTBEAT)
-    eos = F.lit(EOS_TIME).cast("timestamp")
-    t = F.col(time_column)
-    alive = ~F.coalesce(F.col(HEARTBEAT), t >= eos) if heartbeats else t < eos
-    df = df.withWatermark(time_column, "0 seconds")
-    raw = (time_column, HEARTBEAT)  # what `alive` reads stays as it came
-    df = df.select(*[F.col(c) if c in raw else F.when(alive, F.col(c)).alias(c) for c in df.columns])
-    df = df.filter(alive)
-    return df.drop(HEARTBEAT) if heartbeats else df
 
 
 def run_query(

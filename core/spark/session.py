@@ -16,7 +16,7 @@ MIN_JAVA = 17
 
 #: Spark's default state store, which every query uses unless it needs another.
 DEFAULT_STATE_STORE = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
-#: The store transformWithState requires (core/spark/sliding_top_k.py).
+#: The store transformWithState requires (merge/spark/sliding_top_k.py).
 ROCKSDB_STATE_STORE = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
 #: The JIT stops at C1. Every micro-batch compiles new classes (the watermark is a literal in the

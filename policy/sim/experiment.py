@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.drill import latency as drill_latency
-from core.drill.patterns import BurstPattern
+from core import latency as drill_latency
 from core.errors import ConfigError
+from core.nexmark.patterns import BurstPattern
 from policy.cost_model import (
     DailySetup,
     PersistentBurstConfig,

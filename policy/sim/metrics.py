@@ -96,7 +96,7 @@ Windows = Sequence[tuple[float, float]]
 def recovery_s(values: Sequence[float | None], windows: Windows, lead_s: float) -> float | None:
     """Seconds from the last burst's end until p99 stays under 1.5x the lead-in's median p99.
 
-    Unlike the drill's `core.drill.latency.recovery_s`, a None here is an unbounded latency (events
+    Unlike the drill's `core.latency.recovery_s`, a None here is an unbounded latency (events
     still queued), not a second without arrivals, so it counts as not yet recovered.
     """
     base = [v for i, v in enumerate(values) if v is not None and lead_s / 2 <= i < lead_s]

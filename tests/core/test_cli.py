@@ -12,7 +12,7 @@ import pytest
 
 from core.nexmark.queries import QUERIES
 
-SPONGE = [sys.executable, "-c", "from core.cli import main; main()"]
+SPONGE = [sys.executable, "-c", "from core.cli.main import main; main()"]
 
 
 def sponge(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from router.embedded_fleet import EmbeddedFleet, EmbeddedFleetConfig, WorkerFaults
-from router.invoker import InvokeFailed, Throttled
+from router.invokers.base import InvokeFailed, Throttled
+from router.invokers.embedded import EmbeddedFleet, EmbeddedFleetConfig, WorkerFaults
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 

@@ -6,8 +6,8 @@ import pyarrow as pa
 import pytest
 
 from core.errors import ConfigError, InputError
-from lambda_worker.arrow_ipc import checksum, decode, encode
-from lambda_worker.descriptor import SessionDescriptor
+from core.wire.arrow_ipc import checksum, decode, encode
+from core.wire.descriptor import SessionDescriptor
 from lambda_worker.program import ProgramCache, ProgramSpec
 
 pytestmark = pytest.mark.timeout(30)

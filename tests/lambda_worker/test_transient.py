@@ -17,8 +17,8 @@ from core.offload_chains import offload_chains
 from core.plan import WindowSpec
 from core.query import QueryBuilder, agg
 from core.results import diff_results
-from lambda_worker.partials import TIMESTAMP, finalize, merge_partials
 from lambda_worker.transient import TransientProgram
+from merge.partials import TIMESTAMP, finalize, merge_partials
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -14,7 +14,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from core.cli import app
+from core.cli.main import app
 from policy.offload_policy import HOLD, Decision, SpongePolicy
 from policy.sim.costs import BaselineCosts, MeasuredCosts, query_profile
 from policy.sim.experiment import POLICIES, SimConfig, cost_curve, policy_config, simulate_query

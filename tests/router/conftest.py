@@ -14,7 +14,7 @@ from lambda_worker.program import ProgramSpec
 from router.agent import AgentConfig, AgentServer
 from router.dispatcher import DispatchConfig
 from router.fleet import FleetConfig
-from router.invoker import Invoker
+from router.invokers.base import Invoker
 
 Q5 = ProgramSpec("q5", ("map1", "key_by2", "window_aggregate3"))
 Q7 = ProgramSpec("q7", ("key_by1", "window_aggregate2"))

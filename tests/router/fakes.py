@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from router.dispatcher import ChunkTask, WorkerLink
-from router.invoker import InvokeFailed, InvokeHandle, Invoker, InvokeResult, Throttled
+from router.invokers.base import InvokeFailed, InvokeHandle, Invoker, InvokeResult, Throttled
 
 
 class FakeContext:

@@ -8,13 +8,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from lambda_worker.arrow_ipc import encode
+from core.wire.arrow_ipc import encode
+from core.wire.protocol import PROTOCOL_VERSION, grpc_module, pb, worker_token
 from lambda_worker.handler import handler
 from lambda_worker.program import ProgramSpec
 from lambda_worker.session import SessionError
 from router import stats
 from router.client import AgentClient, OffloadError
-from router.protocol import PROTOCOL_VERSION, grpc_module, pb, worker_token
 from tests.router.conftest import Q5, Q7, bids, sorted_rows
 from tests.router.fakes import FakeContext, ThreadInvoker
 

@@ -21,12 +21,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from lambda_worker.partials import finalize, merge_partials
 from lambda_worker.program import ProgramSpec
+from merge.partials import finalize, merge_partials
 from router import stats
 from router.agent import AgentServer
 from router.client import AgentClient, OffloadResult
-from router.embedded_fleet import EmbeddedFleet, EmbeddedFleetConfig, WorkerFaults
+from router.invokers.embedded import EmbeddedFleet, EmbeddedFleetConfig, WorkerFaults
 from tests.router.conftest import Q5, Q7, bids
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]

@@ -16,7 +16,7 @@ from core.fault_spec import FaultSpec
 from router import stats
 from router.agent import AgentServer
 from router.client import AgentClient, OffloadResult
-from router.embedded_fleet import EmbeddedFleet, EmbeddedFleetConfig, WorkerFaults
+from router.invokers.embedded import EmbeddedFleet, EmbeddedFleetConfig, WorkerFaults
 from tests.router.conftest import Q5, bids
 from tests.router.test_agent_embedded import _direct_q5, _merged_q5, _offload_all
 

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from lambda_worker.arrow_ipc import checksum
+from core.wire.arrow_ipc import checksum
 from router import stats
 from router.dispatcher import ChunkFailed, ChunkOutcome, ChunkTask, DispatchConfig, Dispatcher
 from tests.router.fakes import FakeLink

@@ -14,9 +14,9 @@ from core.fault_spec import FaultSpec
 from router import stats
 from router.agent import AgentConfig, AgentServer, main
 from router.dispatcher import ChunkTask
-from router.embedded_fleet import EmbeddedFleet
 from router.faults import AgentFaults, ShareDraw, SlowChunks, ThrottlingInvoker, WorkerKiller
-from router.invoker import InvokeHandle, Invoker, Throttled
+from router.invokers.base import InvokeHandle, Invoker, Throttled
+from router.invokers.embedded import EmbeddedFleet
 from tests.router.fakes import ThreadInvoker
 
 pytestmark = pytest.mark.timeout(30)
@@ -145,7 +145,7 @@ def test_the_command_line_refuses_a_bad_inject_in_one_line(  # type: ignore[no-u
 
 
 def test_only_the_embedded_fleet_can_kill_and_only_workers_it_is_serving() -> None:
-    from router.boto3_invoker import Boto3Invoker, Boto3InvokerConfig
+    from router.invokers.lambda_api import Boto3Invoker, Boto3InvokerConfig
 
     with EmbeddedFleet() as fleet:
         assert fleet.can_kill and fleet.kill("never-invoked") is False

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from core.wire.protocol import token_matches
 from router import stats
 from router.fleet import FleetConfig, FleetManager
-from router.invoker import InvokeHandle, InvokeResult, Throttled
-from router.protocol import token_matches
+from router.invokers.base import InvokeHandle, InvokeResult, Throttled
 
 pytestmark = pytest.mark.timeout(10)
 

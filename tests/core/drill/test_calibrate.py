@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from core.drill.calibrate import Calibration, EpochCost, fit, higher_ramp, offload_cost
-from core.drill.latency import Epoch
 from core.errors import SpongeError
+from core.latency import Epoch
 from core.offload_plan import DEFAULT_OFFLOAD_COST
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from core.cli import app
+from core.cli.main import app
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -13,9 +13,9 @@ import psutil
 import pytest
 
 from core.drill import drill, run_policy
-from core.drill.patterns import BurstPattern
 from core.drill.vm_actions import PersistentVms, ScaleOnBurst, overloaded
 from core.errors import ConfigError
+from core.nexmark.patterns import BurstPattern
 from policy.cost_model import PersistentBurstConfig, Prices, vm_cost_usd
 from policy.loop import PolicyLoop
 from policy.monitor import Observation, ProcessTreeCpu

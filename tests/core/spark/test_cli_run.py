@@ -13,7 +13,7 @@ import pytest
 from core.results import diff_results, read_results
 
 pytestmark = pytest.mark.spark
-SPONGE = [sys.executable, "-c", "from core.cli import main; main()"]
+SPONGE = [sys.executable, "-c", "from core.cli.main import main; main()"]
 
 
 def sponge(*args: str) -> subprocess.CompletedProcess[str]:

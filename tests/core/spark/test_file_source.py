@@ -386,7 +386,7 @@ def _files_at(progress: dict[str, Any]) -> int:
 
 
 def _lowering_filter(df: DataFrame) -> DataFrame:
-    """core/spark/runner.py's nexmark_sources: watermark first, then drop the punctuation."""
+    """core/spark/streams.py's nexmark_sources: watermark first, then drop the punctuation."""
     alive = F.col("date_time") < _end_of_stream()
     df = df.withWatermark("date_time", "0 seconds")
     return df.select(

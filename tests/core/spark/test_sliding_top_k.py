@@ -17,7 +17,7 @@ from core.nexmark.queries import QUERIES
 from core.plan import AggCall, TopK, WindowAggregate, WindowSpec
 from core.spark.lower import _fusions, _join_counts, state_store_for
 from core.spark.session import DEFAULT_STATE_STORE, ROCKSDB_STATE_STORE
-from core.spark.sliding_top_k import PaneProcessor, SlidingTopK, fusable
+from merge.spark.sliding_top_k import PaneProcessor, SlidingTopK, fusable
 from tests.core.spark.state_fakes import FakeHandle, run_epochs
 
 S = 1000  # ms

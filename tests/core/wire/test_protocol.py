@@ -9,16 +9,16 @@ import sys
 import pytest
 
 from core.errors import MissingDependencyError
-from router import build_proto
-from router.protocol import pb, secret_matches, token_matches, worker_token
+from core.wire import build_proto
+from core.wire.protocol import pb, secret_matches, token_matches, worker_token
 
 pytestmark = pytest.mark.timeout(60)
 
 
 def test_generated_code_is_current() -> None:
-    assert build_proto.is_current(), "run make setup (python -m router.build_proto)"
+    assert build_proto.is_current(), "run make setup (python -m core.wire.build_proto)"
     proc = subprocess.run(
-        [sys.executable, "-m", "router.build_proto", "--check"], capture_output=True, text=True
+        [sys.executable, "-m", "core.wire.build_proto", "--check"], capture_output=True, text=True
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
@@ -41,8 +41,8 @@ def test_missing_generated_code_says_how_to_fix_it(monkeypatch: pytest.MonkeyPat
     real_import = builtins.__import__
 
     def no_generated(name, *args, **kwargs):  # type: ignore[no-untyped-def]
-        if name.startswith("router._generated"):
-            raise ImportError("No module named 'router._generated'")
+        if name.startswith("core.wire._generated"):
+            raise ImportError("No module named 'core.wire._generated'")
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_generated)

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from core.errors import ConfigError
-from router.invoker import InvokeFailed, InvokeHandle, Invoker, InvokeResult, Throttled
+from router.invokers.base import InvokeFailed, InvokeHandle, Invoker, InvokeResult, Throttled
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,7 +1,7 @@
 """`sponge simulate`: the paper-scale simulator (policy/sim) on the command line, every figure "simulated".
 
 Why a module of its own, registered by `register(app)`: the simulator shares nothing with the streaming
-commands but the app and the error conventions, and core/cli.py stays one line longer, not one screen.
+commands but the app and the error conventions.
 Per query it prints the drill's table (core/drill/report.print_summary, label "simulated"); then a
 summary of Sponge against VMBase, SFBase and Over for the queries run, next to the paper's figures.
 """
@@ -41,23 +41,62 @@ def summary_table(rows: list[dict[str, Any]], pattern: str) -> tuple[Table, list
     mean and the paper's figures; returns the rich table and the same rows as text (for markdown)."""
     from policy.sim.experiment import PAPER, mean_of
 
-    header = ["query", "sponge p99 (ms)", "vmbase", "sfbase", "over",
-              "p99 cut vs VMBase", "p99 cut vs SFBase", "cost vs Over"]
-    table = Table(title=f"Sponge vs the baselines at paper scale, {pattern} (simulated)",
-                  caption="simulated: 5 VMs x 4 cores, up to 200 Lambdas; costs from policy/cost_model.py",
-                  caption_style="dim italic")
+    header = [
+        "query",
+        "sponge p99 (ms)",
+        "vmbase",
+        "sfbase",
+        "over",
+        "p99 cut vs VMBase",
+        "p99 cut vs SFBase",
+        "cost vs Over",
+    ]
+    table = Table(
+        title=f"Sponge vs the baselines at paper scale, {pattern} (simulated)",
+        caption="simulated: 5 VMs x 4 cores, up to 200 Lambdas; costs from policy/cost_model.py",
+        caption_style="dim italic",
+    )
     for i, name in enumerate(header):
         table.add_column(name, justify="left" if i == 0 else "right")
     text: list[list[str]] = []
     for r in rows:
         peaks = r["peak_p99_ms"]
-        text.append([r["query"], _ms(peaks.get("sponge")), _ms(peaks.get("vmbase")), _ms(peaks.get("sfbase")),
-                     _ms(peaks.get("over")), _reduction(r["p99_vs_vmbase"]), _reduction(r["p99_vs_sfbase"]),
-                     _pct(r["cost_vs_over"])])
-    text.append(["mean (simulated)", "", "", "", "", _reduction(mean_of(rows, "p99_vs_vmbase")),
-                 _reduction(mean_of(rows, "p99_vs_sfbase")), _pct(mean_of(rows, "cost_vs_over"))])
-    text.append(["paper (measured on AWS)", "", "", "", "", _reduction(PAPER["p99_vs_vmbase"]),
-                 _reduction(PAPER["p99_vs_sfbase"]), _pct(PAPER["cost_vs_over"])])
+        text.append(
+            [
+                r["query"],
+                _ms(peaks.get("sponge")),
+                _ms(peaks.get("vmbase")),
+                _ms(peaks.get("sfbase")),
+                _ms(peaks.get("over")),
+                _reduction(r["p99_vs_vmbase"]),
+                _reduction(r["p99_vs_sfbase"]),
+                _pct(r["cost_vs_over"]),
+            ]
+        )
+    text.append(
+        [
+            "mean (simulated)",
+            "",
+            "",
+            "",
+            "",
+            _reduction(mean_of(rows, "p99_vs_vmbase")),
+            _reduction(mean_of(rows, "p99_vs_sfbase")),
+            _pct(mean_of(rows, "cost_vs_over")),
+        ]
+    )
+    text.append(
+        [
+            "paper (measured on AWS)",
+            "",
+            "",
+            "",
+            "",
+            _reduction(PAPER["p99_vs_vmbase"]),
+            _reduction(PAPER["p99_vs_sfbase"]),
+            _pct(PAPER["cost_vs_over"]),
+        ]
+    )
     for row in text:
         table.add_row(*row)
     return table, [header, *text]
@@ -83,15 +122,22 @@ def write_cost_curve(out_dir: Path) -> dict[str, Path]:
     fig = Figure(figsize=(7, 4.5), layout="constrained")
     ax = fig.subplots()
     xs = [100 * f for f in curve["burst_fraction"]]
-    ax.plot(xs, curve["sponge_usd_per_day"], label="Sponge (5 VMs + 200 Lambdas while bursting)",
-            color="#1f77b4")
+    ax.plot(
+        xs, curve["sponge_usd_per_day"], label="Sponge (5 VMs + 200 Lambdas while bursting)", color="#1f77b4"
+    )
     for n, ys in curve["static_usd_per_day"].items():
         ax.plot(xs, ys, label=f"{n} VMs (static)", linestyle="--")
         cross = curve["crossover_fraction"][n]
         if 0 < cross < 1:
             ax.axvline(100 * cross, color="grey", linewidth=0.6, linestyle=":")
-            ax.annotate(f"{100 * cross:.1f} %", (100 * cross, 0), textcoords="offset points", xytext=(3, 5),
-                        fontsize="small", color="grey")
+            ax.annotate(
+                f"{100 * cross:.1f} %",
+                (100 * cross, 0),
+                textcoords="offset points",
+                xytext=(3, 5),
+                fontsize="small",
+                color="grey",
+            )
     ax.set_xlim(0, 50)
     ax.set_xlabel("share of the day spent bursting (%)")
     ax.set_ylabel("USD per day")
@@ -124,7 +170,7 @@ def simulate(
     ] = None,
 ) -> None:
     """Replay the paper's experiments at paper scale in a simulator driven by the real policy code."""
-    from core.cli import out
+    from core.console import out
     from core.drill.report import print_summary, write_report
     from policy.sim.costs import QUERIES
     from policy.sim.experiment import LABEL, POLICIES, SimConfig, simulate_query, summary_row
@@ -147,15 +193,20 @@ def simulate(
     out.print(table)
     if report is not None:
         report.mkdir(parents=True, exist_ok=True)
-        (report / "summary.json").write_text(json.dumps({"label": LABEL, "pattern": config.pattern,
-                                                         "rows": rows}, indent=2) + "\n", encoding="utf-8")
-        (report / "summary.md").write_text(f"# Sponge at paper scale, {config.pattern} ({LABEL})\n\n"
-                                           + _markdown(text), encoding="utf-8")
+        (report / "summary.json").write_text(
+            json.dumps({"label": LABEL, "pattern": config.pattern, "rows": rows}, indent=2) + "\n",
+            encoding="utf-8",
+        )
+        (report / "summary.md").write_text(
+            f"# Sponge at paper scale, {config.pattern} ({LABEL})\n\n" + _markdown(text), encoding="utf-8"
+        )
     if cost_curve:
         paths = write_cost_curve(report or DEFAULT_CURVE_DIR)
         out.print(f"cost curve ({LABEL}): {paths['png']} and {paths['json']}")
-    out.print(f"[dim]{len(queries)} queries x {len(policies)} policies simulated in "
-              f"{time.perf_counter() - started:.1f} s[/dim]")
+    out.print(
+        f"[dim]{len(queries)} queries x {len(policies)} policies simulated in "
+        f"{time.perf_counter() - started:.1f} s[/dim]"
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.errors import ConfigError
-from router.invoker import InvokeFailed, InvokeHandle, Invoker, InvokeResult, Throttled
+from router.invokers.base import InvokeFailed, InvokeHandle, Invoker, InvokeResult, Throttled
 
 RETRYABLE_CODES = frozenset({"ServiceException", "InternalFailure", "ServiceUnavailableException"})
 THROTTLE_CODES = frozenset({"TooManyRequestsException", "ThrottlingException"})

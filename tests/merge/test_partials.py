@@ -1,7 +1,7 @@
 """The partial-state algebra: finalize(merge(partial(A), partial(B), ...)) == aggregate(A ∪ B ∪ ...).
 
 The reference is computed row by row in pure Python from the semantic definitions in
-core/aggregates.py (create/add/merge/extract), with windows assigned the way Spark does
+merge/aggregates.py (create/add/merge/extract), with windows assigned the way Spark does
 (epoch-aligned, [k*W, (k+1)*W), sliding windows [k*P, k*P + W)); timestamps are drawn around window
 boundaries on purpose.
 """
@@ -17,12 +17,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core.aggregates import aggregate as semantic
-from core.aggregates import fold
 from core.errors import PlanError
 from core.expr import BinOp, Col, Expr, Lit, col
 from core.plan import WINDOW, AggCall, WindowAggregate, WindowSpec
-from lambda_worker.partials import (
+from merge.aggregates import aggregate as semantic
+from merge.aggregates import fold
+from merge.partials import (
     TIMESTAMP,
     final_schema,
     finalize,

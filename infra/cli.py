@@ -1,7 +1,8 @@
-"""`sponge deploy`, `sponge destroy`, `sponge status`: the deployment commands (logic in core/deploy.py).
+"""`sponge deploy`, `sponge destroy`, `sponge status`: the deployment commands (logic in infra/deploy.py).
 
-Registered on core.cli's app by one import there. Why a module of their own: they share nothing with
-the streaming commands but the app and the error conventions (one line with what to do, exit 2).
+Registered on the `sponge` app through the entry point `sponge.commands` (pyproject.toml), so the CLI
+in core/ imports nothing from infra/. They share nothing with the streaming commands but the app and
+the error conventions (one line with what to do, exit 2).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
-from core.cli import app, err, out
+from core.console import err, out
 from core.errors import ConfigError, SpongeError
 
 TargetOpt = Annotated[
@@ -60,7 +61,6 @@ def _aws_errors(target: str, endpoint: str | None) -> Iterator[None]:
         raise SpongeError(f"{type(e).__name__}: {e}") from None
 
 
-@app.command()
 def deploy(
     target: TargetOpt = "localstack",
     stack: Annotated[
@@ -101,8 +101,8 @@ def deploy(
     transform) and records its outputs in STACK_DIR/stack-TARGET.json, where `sponge run --target
     TARGET` finds the function. Deploying again updates the stack.
     """
-    from core.deploy import DeployConfig, parse_parameters
-    from core.deploy import deploy as run_deploy
+    from infra.deploy import DeployConfig, parse_parameters
+    from infra.deploy import deploy as run_deploy
 
     config = DeployConfig.for_target(
         target,
@@ -121,18 +121,16 @@ def deploy(
     )
 
 
-@app.command()
 def destroy(target: TargetOpt = "localstack", stack_dir: StackDirOpt = DEFAULT_STACK_DIR) -> None:
     """Delete the deployed stack of TARGET (emptying its staging bucket first) and forget it."""
-    from core.deploy import destroy as run_destroy
-    from core.deploy import load_deployment
+    from core.deployment import load_deployment
+    from infra.deploy import destroy as run_destroy
 
     deployment = load_deployment(target, stack_dir)
     with _aws_errors(target, deployment.endpoint_url):
         run_destroy(deployment, stack_dir, progress=lambda line: err.print(line, markup=False))
 
 
-@app.command()
 def status(
     target: TargetOpt = "localstack",
     stack_dir: StackDirOpt = DEFAULT_STACK_DIR,
@@ -145,8 +143,8 @@ def status(
     Duration), the workers' own EMF metrics from the same logs, and Invocations/Errors/Throttles from
     CloudWatch's AWS/Lambda metrics.
     """
-    from core.deploy import load_deployment
-    from core.deploy import status as stack_status
+    from core.deployment import load_deployment
+    from infra.deploy import status as stack_status
 
     deployment = load_deployment(target, stack_dir)
     with _aws_errors(target, deployment.endpoint_url):
@@ -197,3 +195,10 @@ def _print_status(r: dict[str, Any], target: str) -> None:
                 f"  {'cold' if inv['cold_start'] else 'warm'}",
                 markup=False,
             )
+
+
+def register(app: typer.Typer) -> None:
+    """Add `sponge deploy`, `destroy`, `status` to the app."""
+    app.command()(deploy)
+    app.command()(destroy)
+    app.command()(status)

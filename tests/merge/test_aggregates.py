@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.aggregates import AGGREGATES, aggregate, fold
 from core.errors import PlanError
+from merge.aggregates import AGGREGATES, aggregate, fold
 
 values = st.lists(st.integers(-1000, 1000), max_size=40)
 

@@ -36,7 +36,7 @@ from pyspark.sql.streaming.stateful_processor import (
 from pyspark.sql.types import StructField, StructType
 
 from core.plan import WINDOW, AggCall, TopK, WindowAggregate
-from core.spark.window_blobs import WindowBlobs, input_rows
+from merge.spark.window_blobs import WindowBlobs, input_rows
 
 FUSABLE_AGGS = ("count", "sum", "min", "max", "avg")
 
@@ -66,7 +66,7 @@ class SlidingTopK:
         return range(pane_ms + self.slide_ms, pane_ms + self.size_ms + 1, self.slide_ms)
 
     def fold(self, partials: pl.DataFrame) -> pl.DataFrame:
-        """One partial row per key from any number (merge/spark_merge.py's partial form)."""
+        """One partial row per key from any number (merge/spark/partial_form.py's partial form)."""
         return partials.group_by(list(self.keys)).agg(*[e for a in self.aggs for e in _merge(a)])
 
     def rank(self, panes: pl.DataFrame, end_ms: int) -> pl.DataFrame:
@@ -212,7 +212,7 @@ def fusable(agg: WindowAggregate, top: TopK) -> bool:
 
 def sliding_top_k(partials: DataFrame, agg: WindowAggregate, top: TopK, window_like: DataFrame) -> DataFrame:
     """The top-k rows of every sliding window of `agg`, from rows in partial form: the event-time
-    column, the keys and the partial columns of merge/spark_merge.py (a record's or the workers').
+    column, the keys and the partial columns of merge/spark/partial_form.py (a record's or the workers').
 
     `window_like` is the native window steps over the same rows (never run): the output takes its
     columns and types, so the fused plan writes exactly what the unfused one would.

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from core.drill import latency
-from core.drill.patterns import BurstPattern
+from core import latency
 from core.errors import ConfigError
+from core.nexmark.patterns import BurstPattern
 
 
 def test_sudden_holds_doubles_and_comes_back() -> None:

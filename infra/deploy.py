@@ -29,21 +29,25 @@ import platform
 import re
 import time
 import zipfile
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.errors import ConfigError, SpongeError
+from core.deployment import (
+    LOCALSTACK_CREDENTIALS,
+    PROJECT_ROOT,
+    STACK_DIR,
+    TARGETS,
+    Deployment,
+    stack_file,
+)
+from core.errors import ConfigError, DeployError
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = PROJECT_ROOT / "template.yaml"
-STACK_DIR = PROJECT_ROOT / ".sponge"
-TARGETS = ("localstack", "aws")
 DEFAULT_STACK = "sponge"
-CODE_PACKAGES = ("lambda_worker", "router", "core")
+CODE_PACKAGES = ("lambda_worker", "merge", "core")
 LOCALSTACK_REGION = "us-east-1"
-LOCALSTACK_CREDENTIALS = {"aws_access_key_id": "test", "aws_secret_access_key": "test"}
 CAPABILITIES = ["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM", "CAPABILITY_AUTO_EXPAND"]
 _STACK_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,127}$")
 _CODE_URI = re.compile(r"^(?P<indent>\s*)CodeUri:\s*(?P<value>[^\s#]+)\s*(?P<comment>#.*)?$", re.MULTILINE)
@@ -53,120 +57,8 @@ DONE_STATES = {"CREATE_COMPLETE", "UPDATE_COMPLETE", "UPDATE_ROLLBACK_COMPLETE",
 Progress = Callable[[str], None]
 
 
-class DeployError(SpongeError):
-    """CloudFormation refused or failed the deployment."""
-
-
 def _quiet(_: str) -> None:
     pass
-
-
-# ---- what a deployment leaves behind: the stack file ---------------------------------------------
-
-
-@dataclass(frozen=True)
-class Deployment:
-    """A deployed stack, as `sponge run` needs it: which function, where, with which credentials."""
-
-    target: str
-    stack_name: str
-    region: str
-    function_name: str
-    endpoint_url: str | None = None
-    qualifier: str | None = None
-    function_timeout_s: float = 300.0
-    log_group: str = ""
-    outputs: Mapping[str, str] = field(default_factory=dict)
-    deployed_at: str = ""
-    code_sha256: str = ""
-
-    def __post_init__(self) -> None:
-        if self.target not in TARGETS:
-            raise ConfigError(
-                f"unknown deploy target {self.target!r}", hint=f"use one of {', '.join(TARGETS)}"
-            )
-        if not self.function_name:
-            raise ConfigError(
-                f"the stack file of {self.target} names no function", hint=_redeploy(self.target)
-            )
-
-    @classmethod
-    def from_outputs(
-        cls,
-        target: str,
-        stack_name: str,
-        region: str,
-        endpoint_url: str | None,
-        outputs: Mapping[str, str],
-        code_sha256: str = "",
-    ) -> Deployment:
-        missing = [k for k in ("FunctionName", "Region", "LogGroupName") if not outputs.get(k)]
-        if missing:
-            raise DeployError(
-                f"stack {stack_name} lacks the outputs {missing}",
-                hint="deploy the project's template.yaml (its Outputs name what the Spark side needs)",
-            )
-        return cls(
-            target=target,
-            stack_name=stack_name,
-            region=outputs.get("Region") or region,
-            function_name=outputs["FunctionName"],
-            endpoint_url=endpoint_url,
-            qualifier=outputs.get("FunctionAlias") or None,
-            function_timeout_s=float(outputs.get("FunctionTimeout") or 300),
-            log_group=outputs["LogGroupName"],
-            outputs=dict(outputs),
-            deployed_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-            code_sha256=code_sha256,
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "target": self.target,
-            "stack_name": self.stack_name,
-            "region": self.region,
-            "endpoint_url": self.endpoint_url,
-            "function_name": self.function_name,
-            "qualifier": self.qualifier,
-            "function_timeout_s": self.function_timeout_s,
-            "log_group": self.log_group,
-            "outputs": dict(self.outputs),
-            "deployed_at": self.deployed_at,
-            "code_sha256": self.code_sha256,
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Deployment:
-        return cls(
-            target=str(data["target"]),
-            stack_name=str(data["stack_name"]),
-            region=str(data["region"]),
-            function_name=str(data["function_name"]),
-            endpoint_url=data.get("endpoint_url") or None,
-            qualifier=data.get("qualifier") or None,
-            function_timeout_s=float(data.get("function_timeout_s") or 300),
-            log_group=str(data.get("log_group") or ""),
-            outputs=dict(data.get("outputs") or {}),
-            deployed_at=str(data.get("deployed_at") or ""),
-            code_sha256=str(data.get("code_sha256") or ""),
-        )
-
-    def credentials(self) -> dict[str, str]:
-        """LocalStack accepts any key; AWS uses the default credential chain (nothing here)."""
-        return dict(LOCALSTACK_CREDENTIALS) if self.target == "localstack" else {}
-
-    def agent_env(self) -> dict[str, str]:
-        """Environment for a process that invokes the function with boto3's default chain (the agent)."""
-        if self.target != "localstack":
-            return {}
-        return {
-            "AWS_ACCESS_KEY_ID": "test",
-            "AWS_SECRET_ACCESS_KEY": "test",
-            "AWS_DEFAULT_REGION": self.region,
-        }
-
-    def client(self, service: str) -> Any:
-        return aws_client(service, self.target, self.region, self.endpoint_url)
 
 
 def aws_client(service: str, target: str, region: str, endpoint_url: str | None) -> Any:
@@ -177,29 +69,9 @@ def aws_client(service: str, target: str, region: str, endpoint_url: str | None)
     return boto3.session.Session(region_name=region, **creds).client(service, endpoint_url=endpoint_url)
 
 
-def _redeploy(target: str) -> str:
-    return f"run sponge deploy --target {target}"
-
-
-def stack_file(target: str, stack_dir: Path | None = None) -> Path:
-    return (stack_dir or STACK_DIR) / f"stack-{target}.json"
-
-
-def load_deployment(target: str, stack_dir: Path | None = None) -> Deployment:
-    """The deployment recorded for `target`, or a ConfigError that says how to make one."""
-    if target not in TARGETS:
-        raise ConfigError(f"unknown deploy target {target!r}", hint=f"use one of {', '.join(TARGETS)}")
-    path = stack_file(target, stack_dir)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"no deployed stack for {target} (no {path})", hint=_redeploy(target)) from None
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"cannot read {path}: {e}", hint=_redeploy(target)) from None
-    try:
-        return Deployment.from_json(data)
-    except (KeyError, TypeError, ValueError) as e:
-        raise ConfigError(f"{path} is not a stack file ({e})", hint=_redeploy(target)) from None
+def client_for(deployment: Deployment, service: str) -> Any:
+    """A boto3 client for the deployment's region and endpoint."""
+    return aws_client(service, deployment.target, deployment.region, deployment.endpoint_url)
 
 
 # ---- deploy ----------------------------------------------------------------------------------------
@@ -301,9 +173,9 @@ def _code_files(code_dir: Path | None) -> Iterator[tuple[Path, str]]:
 
 def package_code(code_dir: Path | None = None) -> tuple[bytes, str]:
     """The deployment zip (deterministic: fixed timestamps, sorted) and its sha256."""
-    if code_dir is None and not (PROJECT_ROOT / "router" / "_generated" / "agent_pb2.py").exists():
+    if code_dir is None and not (PROJECT_ROOT / "core" / "wire" / "_generated" / "agent_pb2.py").exists():
         raise ConfigError(
-            "the generated gRPC modules are missing", hint="run make setup (router.build_proto)"
+            "the generated gRPC modules are missing", hint="run make setup (core.wire.build_proto)"
         )
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
@@ -498,7 +370,7 @@ def _outputs(cfn: Any, name: str) -> dict[str, str]:
 
 def destroy(deployment: Deployment, stack_dir: Path | None = None, progress: Progress = _quiet) -> None:
     """Empty the staging bucket (CloudFormation cannot delete a bucket with objects), delete the stack."""
-    cfn, s3 = deployment.client("cloudformation"), deployment.client("s3")
+    cfn, s3 = client_for(deployment, "cloudformation"), deployment.client("s3")
     bucket = deployment.outputs.get("StagingBucket")
     if bucket:
         try:
@@ -529,13 +401,13 @@ EMF_METRICS = ("ColdStarts", "WarmStarts", "Chunks", "ChunkFailures", "RowsIn")
 def status(deployment: Deployment, window_s: float = 900.0, limit: int = 10) -> dict[str, Any]:
     """The stack, the function, warm workers and recent invocations (see `sponge status --help`)."""
     out: dict[str, Any] = {"target": deployment.target, "stack": deployment.stack_name}
-    cfn = deployment.client("cloudformation")
+    cfn = client_for(deployment, "cloudformation")
     stack_status = _stack_status(cfn, deployment.stack_name)
     out["stack_status"] = stack_status or "DOES_NOT_EXIST"
     if stack_status is None:
         return out
     out["outputs"] = _outputs(cfn, deployment.stack_name)
-    lam = deployment.client("lambda")
+    lam = client_for(deployment, "lambda")
     fn = lam.get_function(FunctionName=deployment.function_name)
     cfg = fn["Configuration"]
     out["function"] = {
@@ -548,7 +420,7 @@ def status(deployment: Deployment, window_s: float = 900.0, limit: int = 10) -> 
         "reserved_concurrency": fn.get("Concurrency", {}).get("ReservedConcurrentExecutions"),
     }
     since_ms = int((time.time() - window_s) * 1000)
-    events = _log_events(deployment.client("logs"), deployment.log_group, since_ms)
+    events = _log_events(client_for(deployment, "logs"), deployment.log_group, since_ms)
     invocations = []
     streams_active: set[str] = set()
     emf: dict[str, float] = dict.fromkeys(EMF_METRICS, 0.0)
@@ -581,7 +453,7 @@ def status(deployment: Deployment, window_s: float = 900.0, limit: int = 10) -> 
     out["recent_invocations"] = invocations[-limit:]
     out["warm_workers"] = _warm_workers(deployment, streams_active)
     out["emf_metrics"] = emf
-    out["metrics"] = _lambda_metrics(deployment.client("cloudwatch"), deployment.function_name, window_s)
+    out["metrics"] = _lambda_metrics(client_for(deployment, "cloudwatch"), deployment.function_name, window_s)
     out["window_s"] = window_s
     return out
 
@@ -610,7 +482,11 @@ def _warm_workers(deployment: Deployment, recent_streams: set[str]) -> dict[str,
     keeps warm (LAMBDA_KEEPALIVE_MS, 10 min by default)."""
     if deployment.target == "aws":
         stats = _metric(
-            deployment.client("cloudwatch"), "ConcurrentExecutions", deployment.function_name, 300, "Maximum"
+            client_for(deployment, "cloudwatch"),
+            "ConcurrentExecutions",
+            deployment.function_name,
+            300,
+            "Maximum",
         )
         return {
             "concurrent_executions_max_5min": stats,

@@ -1,7 +1,7 @@
 """What both ends of the agent protocol share: generated modules, channel options, worker tokens.
 
 Why the generated modules are imported lazily through `pb()`: they exist only after `make setup`
-ran router/build_proto.py, and a missing or stale copy must fail with one line that says so, not an
+ran core/wire/build_proto.py, and a missing or stale copy must fail with one line that says so, not an
 ImportError deep inside a worker. The Lambda worker imports this module on first use only, so its
 cold start pays for grpc and protobuf when it really dials out.
 """
@@ -45,13 +45,13 @@ SECRET_METADATA = "x-sponge-secret"
 
 
 def pb() -> tuple[ModuleType, ModuleType]:
-    """(agent_pb2, agent_pb2_grpc), generated from router/agent.proto."""
+    """(agent_pb2, agent_pb2_grpc), generated from core/wire/agent.proto."""
     try:
-        from router._generated import agent_pb2, agent_pb2_grpc
+        from core.wire._generated import agent_pb2, agent_pb2_grpc
     except ImportError as e:
         raise MissingDependencyError(
-            f"the gRPC code for router/agent.proto is missing ({e})",
-            hint="run make setup (it runs python -m router.build_proto)",
+            f"the gRPC code for core/wire/agent.proto is missing ({e})",
+            hint="run make setup (it runs python -m core.wire.build_proto)",
         ) from None
     return agent_pb2, agent_pb2_grpc
 

@@ -6,7 +6,7 @@ injection, is optional) and reports outcomes in two error classes every backend 
 to. `Throttled` means "no capacity now, try later" (Lambda's 429 TooManyRequestsException, a
 reserved concurrency reached); `InvokeFailed` means the invocation itself went wrong (a function
 error, a timeout, a crash, a missing function).
-A backend is chosen at the edge by name (`make_invoker`), never deep in the code.
+A backend is chosen once, at the edge, by name (router/invokers/__init__.py); this module names none.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
-from core.errors import ConfigError, MissingDependencyError, SpongeError
+from core.errors import SpongeError
 
 
 class Throttled(SpongeError):
@@ -123,24 +123,3 @@ class Invoker(ABC):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-
-INVOKERS = ("embedded", "boto3")
-
-
-def make_invoker(name: str, **options: Any) -> Invoker:
-    """The backend called `name`, built from keyword options of its config class."""
-    if name == "embedded":
-        from router.embedded_fleet import EmbeddedFleet, EmbeddedFleetConfig
-
-        return EmbeddedFleet(EmbeddedFleetConfig(**options))
-    if name == "boto3":
-        try:
-            import boto3  # noqa: F401
-        except ImportError:
-            raise MissingDependencyError(
-                "the boto3 invoker needs boto3", hint="run make setup (boto3 is a project dependency)"
-            ) from None
-        from router.boto3_invoker import Boto3Invoker, Boto3InvokerConfig
-
-        return Boto3Invoker(Boto3InvokerConfig(**options))
-    raise ConfigError(f"unknown invoker {name!r}", hint=f"choose one of {', '.join(INVOKERS)}")

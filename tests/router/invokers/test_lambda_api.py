@@ -10,8 +10,9 @@ import pytest
 from botocore.response import StreamingBody
 from botocore.stub import ANY, Stubber
 
-from router.boto3_invoker import Boto3Invoker, Boto3InvokerConfig, client_config
-from router.invoker import InvokeFailed, Throttled, make_invoker
+from router.invokers import make_invoker
+from router.invokers.base import InvokeFailed, Throttled
+from router.invokers.lambda_api import Boto3Invoker, Boto3InvokerConfig, client_config
 
 pytestmark = pytest.mark.timeout(30)
 

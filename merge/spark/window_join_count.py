@@ -33,7 +33,7 @@ from pyspark.sql.streaming.stateful_processor import (
 from pyspark.sql.types import StructField, StructType
 
 from core.plan import WINDOW, WindowAggregate, WindowJoin
-from core.spark.window_blobs import WindowBlobs, input_rows
+from merge.spark.window_blobs import WindowBlobs, input_rows
 
 # The operator's input, read by position (the pandas hand-off renames "_"-prefixed columns):
 # [_SIDE, _WINDOW_US, *join keys (the left side's names), *left columns, *right columns, _N, _GROUP].

@@ -23,18 +23,7 @@ from typing import Any
 
 import pytest
 
-from core.deploy import (
-    DeployConfig,
-    Deployment,
-    deploy,
-    destroy,
-    load_deployment,
-    package_code,
-    parse_parameters,
-    rewrite_code_uri,
-    stack_file,
-    status,
-)
+from core.deployment import Deployment, load_deployment, stack_file
 from core.errors import ConfigError
 from core.fault_spec import parse_all
 from core.nexmark.generator import GeneratorConfig
@@ -44,6 +33,16 @@ from core.nexmark.schedule import RateSchedule
 from core.results import diff_results, read_results
 from core.spark.offload_session import OffloadConfig, OffloadSession
 from core.spark.runner import RunConfig, run_query
+from infra.deploy import (
+    DeployConfig,
+    client_for,
+    deploy,
+    destroy,
+    package_code,
+    parse_parameters,
+    rewrite_code_uri,
+    status,
+)
 from router.agent_process import AgentProcessConfig, LambdaFunction
 from tests.infra.localstack_env import kill, running_localstack, runtime_pids
 
@@ -64,7 +63,7 @@ def test_the_package_holds_the_sources_and_is_deterministic() -> None:
     again, digest_again = package_code()
     assert first == again and digest == digest_again
     names = set(zipfile.ZipFile(BytesIO(first)).namelist())
-    assert {"lambda_worker/handler.py", "router/_generated/agent_pb2.py", "core/errors.py"} <= names
+    assert {"lambda_worker/handler.py", "core/wire/_generated/agent_pb2.py", "core/errors.py"} <= names
     assert not any("__pycache__" in n or n.startswith("tests/") for n in names)
 
 
@@ -129,7 +128,7 @@ def test_a_deployment_reaches_the_agent_as_boto3_arguments(tmp_path: Path) -> No
 
 
 def test_cli_commands_teach_and_fail_in_one_line(tmp_path: Path) -> None:
-    sponge = [sys.executable, "-c", "from core.cli import main; main()"]
+    sponge = [sys.executable, "-c", "from core.cli.main import main; main()"]
     helped = subprocess.run([*sponge, "deploy", "--help"], capture_output=True, text=True, timeout=60)
     text = " ".join(helped.stdout.split())  # the help is wrapped to the terminal's width
     assert helped.returncode == 0 and "--parameter" in text and "make localstack" in text
@@ -169,7 +168,7 @@ def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Deploym
         destroy(deployment, stack_dir)
         assert not stack_file("localstack", stack_dir).exists()
         assert status(deployment)["stack_status"] == "DOES_NOT_EXIST"
-        lam = deployment.client("lambda")
+        lam = client_for(deployment, "lambda")
         with pytest.raises(lam.exceptions.ResourceNotFoundException):
             lam.get_function(FunctionName=deployment.function_name)
 
@@ -235,7 +234,7 @@ def test_q1_and_q5_offloaded_to_the_deployed_function_equal_the_reference(
         assert summary["records_offloaded"] > 0 and summary["workers_started"] >= 1, summary
 
     # The invocations, seen through Lambda's and CloudWatch's own APIs.
-    lam = deployment.client("lambda")
+    lam = client_for(deployment, "lambda")
     fn = lam.get_function(FunctionName=deployment.function_name)
     assert fn["Configuration"]["State"] == "Active"
     invoke_config = lam.get_function_event_invoke_config(
@@ -254,7 +253,7 @@ def test_q1_and_q5_offloaded_to_the_deployed_function_equal_the_reference(
     assert report["invocations_in_window"] >= 2 and report["recent_invocations"], report
     emf = report["emf_metrics"]
     assert emf["Chunks"] >= 2 and emf["RowsIn"] > 0 and emf["ColdStarts"] >= 1, emf
-    events = deployment.client("logs").filter_log_events(logGroupName=deployment.log_group)["events"]
+    events = client_for(deployment, "logs").filter_log_events(logGroupName=deployment.log_group)["events"]
     assert any('"Namespace":"Sponge"' in e["message"] for e in events), "EMF documents land in the log group"
 
 
@@ -270,7 +269,7 @@ def test_localstack_throttles_at_reserved_concurrency_and_nothing_is_lost(
     wanted, one may run: the refused invokes are counted as throttles, the fleet backs off, the one
     worker and the agent's local fallback carry the offloaded share, and the output is exact."""
     deployment, stack_dir, _ = deployed
-    lam = deployment.client("lambda")
+    lam = client_for(deployment, "lambda")
     lam.put_function_concurrency(FunctionName=deployment.function_name, ReservedConcurrentExecutions=1)
     try:
         concurrency = lam.get_function_concurrency(FunctionName=deployment.function_name)

@@ -6,7 +6,7 @@ commits it once per epoch. So the VM's records are put in *partial form* by a st
 returned for the same epoch, and the aggregate folds partials instead of records (count becomes a
 sum of counts, avg a sum of sums over a sum of counts, max_with_ties the records at the maximum of
 all lists). A retried or replayed epoch re-reads the same routed records and the same partials, so
-each record lands in the state exactly once. The partial row type is lambda_worker/partials.py's.
+each record lands in the state exactly once. The partial row type is merge/partials.py's.
 
 For a stateless chain the workers return finished rows, and the merge is a plain union.
 """
@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 from core.errors import PlanError
 from core.plan import AggCall, WindowAggregate
 from core.spark.expr_spark import to_spark
-from lambda_worker.partials import WINDOW_START
+from merge.partials import WINDOW_START
 
 
 def _local_partial(call: AggCall) -> list[Column]:

@@ -1,0 +1,1 @@
+"""The `sponge` command line: core/cli/main.py builds the app; each command group registers itself."""

@@ -1,0 +1,94 @@
+"""`sponge run`: stream a query through Spark, optionally offloading a share to Lambda workers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from core.cli.options import (
+    EventsOpt,
+    InjectOpt,
+    InvocationTypeOpt,
+    OffloadShareOpt,
+    OutputOpt,
+    QueryArg,
+    RateOpt,
+    SeedOpt,
+    SlideOpt,
+    TargetOpt,
+    WindowOpt,
+    WorkersOpt,
+    check_query,
+    generator,
+    offload_config,
+    params,
+)
+from core.console import err, out
+
+
+def run(
+    query: QueryArg,
+    output: OutputOpt,
+    events: EventsOpt = 100_000,
+    seed: SeedOpt = 0,
+    rate: RateOpt = None,
+    window_size: WindowOpt = 10,
+    window_slide: SlideOpt = 2,
+    batch_events: Annotated[int, typer.Option(min=1, help="Most events per micro-batch (epoch).")] = 200_000,
+    master: Annotated[
+        str, typer.Option(help="Spark master URL for the VM side; local[N,F] runs a failed task F times.")
+    ] = "local[2,4]",
+    input_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--input",
+            "-i",
+            file_okay=False,
+            help="Read events from DIR/{person,auction,bid}/*.jsonl instead of generating them (--events "
+            "and --seed are then unused, --rate is refused). Bad lines go to OUTPUT/dead_letter and are "
+            "counted in summary.json.",
+        ),
+    ] = None,
+    offload_share: OffloadShareOpt = None,
+    workers: WorkersOpt = 2,
+    target: TargetOpt = "embedded",
+    invocation_type: InvocationTypeOpt = "Event",
+    inject: InjectOpt = None,
+) -> None:
+    """Stream EVENTS generated NEXMark events (or the JSONL events of --input) through QUERY on Spark.
+
+    With --offload-share F, a share F of the records is routed to Lambda workers (transient
+    operators) through the VM agent, and their results are merged back into Spark's state.
+    """
+    from core.spark.runner import RunConfig, run_query
+    from core.spark.session import SparkConfig
+
+    config = RunConfig(
+        query=query,
+        generator=generator(events, seed, rate),
+        output=output,
+        params=params(window_size, window_slide),
+        pace=rate is not None,
+        max_events_per_batch=batch_events,
+        spark=SparkConfig(master=master),
+        input=input_dir,
+        offload=offload_config(offload_share, workers, target, inject or [], invocation_type),
+    )
+    check_query(query)
+    what = f"the events of {input_dir}" if input_dir is not None else f"{events:,} events"
+    with err.status(f"streaming {what} through {query} ...") as status:
+        summary = run_query(
+            config,
+            progress=lambda p: status.update(
+                f"{query}: epoch {p['batchId']}, {p['numInputRows']:,} records in the last epoch"
+            ),
+        )
+    out.print(json.dumps(summary, indent=2))
+
+
+def register(app: typer.Typer) -> None:
+    """Add `sponge run` to the app."""
+    app.command()(run)
