@@ -44,8 +44,8 @@ WINDOW = "window"
 class AggCall:
     """One aggregate in a window aggregate: `out = fn(arg)`.
 
-    `fn` names an entry of `merge/aggregates.py`, where each aggregate declares
-    create/add/merge/extract so that partial states built on Lambda workers can be merged.
+    `fn` names a signature of `core/aggregate_signatures.py`; how its partial state is built on
+    Lambda workers and merged on the VM is merge/algebra.py's.
     """
 
     out: str

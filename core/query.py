@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from core.aggregate_signatures import signature
 from core.errors import PlanError
 from core.expr import DType, Expr
 from core.plan import (
@@ -34,7 +35,6 @@ from core.plan import (
     WindowJoin,
     WindowSpec,
 )
-from merge.aggregates import aggregate
 
 Columns = dict[str, DType]
 
@@ -127,7 +127,7 @@ class Stream:
         calls = []
         records: dict[str, Columns] = {}
         for out, call in aggs.items():
-            fn = aggregate(call.fn)
+            fn = signature(call.fn)
             if fn.needs_arg and call.arg is None:
                 raise PlanError(f"aggregate {call.fn} needs an argument")
             arg_t = self._check(call.arg) if call.arg is not None else None

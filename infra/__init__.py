@@ -1,1 +1,1 @@
-"""CDK app and LocalStack tooling for deploying the Lambda side (issue 5)."""
+"""Deploying the Lambda side: packaging, the stack (SAM template and its CDK twin), status, LocalStack."""

@@ -1,4 +1,4 @@
-"""`sponge deploy`, `sponge destroy`, `sponge status`: the deployment commands (logic in infra/deploy.py).
+"""`sponge deploy`, `sponge destroy`, `sponge status`: the deployment commands (logic in infra/deploy/).
 
 Registered on the `sponge` app through the entry point `sponge.commands` (pyproject.toml), so the CLI
 in core/ imports nothing from infra/. They share nothing with the streaming commands but the app and
@@ -101,8 +101,8 @@ def deploy(
     transform) and records its outputs in STACK_DIR/stack-TARGET.json, where `sponge run --target
     TARGET` finds the function. Deploying again updates the stack.
     """
-    from infra.deploy import DeployConfig, parse_parameters
-    from infra.deploy import deploy as run_deploy
+    from infra.deploy.stack import DeployConfig, parse_parameters
+    from infra.deploy.stack import deploy as run_deploy
 
     config = DeployConfig.for_target(
         target,
@@ -124,7 +124,7 @@ def deploy(
 def destroy(target: TargetOpt = "localstack", stack_dir: StackDirOpt = DEFAULT_STACK_DIR) -> None:
     """Delete the deployed stack of TARGET (emptying its staging bucket first) and forget it."""
     from core.deployment import load_deployment
-    from infra.deploy import destroy as run_destroy
+    from infra.deploy.stack import destroy as run_destroy
 
     deployment = load_deployment(target, stack_dir)
     with _aws_errors(target, deployment.endpoint_url):
@@ -144,7 +144,7 @@ def status(
     CloudWatch's AWS/Lambda metrics.
     """
     from core.deployment import load_deployment
-    from infra.deploy import status as stack_status
+    from infra.deploy.status import status as stack_status
 
     deployment = load_deployment(target, stack_dir)
     with _aws_errors(target, deployment.endpoint_url):

@@ -1,5 +1,8 @@
 """The CDK twin of template.yaml: the same parameters, conditions, resources, permissions and outputs.
 
+The parameters and conditions are declared in infra/worker_parameters.py; this module builds the
+resources, their permissions and the outputs on them.
+
 Why CloudFormation-level (L1) constructs rather than CDK's higher-level ones: the SAM template is the
 reference (it is what LocalStack deploys and what cfn-lint checks), and the L2 constructs add their
 own roles, policies and custom resources (log retention, auto-delete) that would make the two stacks
@@ -22,10 +25,8 @@ from typing import Any
 from aws_cdk import (
     Acknowledgment,
     Aws,
-    CfnCondition,
     CfnDeletionPolicy,
     CfnOutput,
-    CfnParameter,
     CfnResource,
     Fn,
     Stack,
@@ -39,11 +40,12 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
 
+from infra.worker_parameters import declare_conditions, declare_parameters
+
 HANDLER = "lambda_worker.handler.handler"
 RUNTIME = "python3.13"
 MEMORY_MB = 1769  # one vCPU, as in the Sponge paper
 ALIAS = "live"
-LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 3653)
 FUNCTION_NAME = "${AWS::StackName}-worker"
 STACK_DESCRIPTION = (
     "Sponge on Spark - transient Lambda workers, staging bucket and the Spark cluster's policy"
@@ -66,149 +68,25 @@ class WorkerStack(Stack):
 
     def __init__(self, scope: Construct, construct_id: str, *, code_dir: Path, **kwargs: Any) -> None:
         super().__init__(scope, construct_id, **kwargs)
-        self._parameters()
-        self._conditions()
+        self.params = declare_parameters(self)
+        declare_conditions(self, self.params)
         log_group = self._log_group()
         bucket = self._staging_bucket()
         role = self._worker_role(log_group, bucket)
         code = s3_assets.Asset(self, "WorkerCode", path=str(code_dir))
         zip_code = lambda_.CfnFunction.CodeProperty(s3_bucket=code.s3_bucket_name, s3_key=code.s3_object_key)
         self._function("WorkerFunction", "UseZip", role, log_group, bucket, zip_code, code.asset_hash[:10])
-        image_code = lambda_.CfnFunction.CodeProperty(image_uri=self.image_uri.value_as_string)
+        image_code = lambda_.CfnFunction.CodeProperty(image_uri=self.params.image_uri.value_as_string)
         self._function("WorkerImageFunction", "UseImage", role, log_group, bucket, image_code, "")
         policy = self._spark_cluster_policy(bucket)
         self._outputs(log_group, bucket, policy)
-
-    def _parameters(self) -> None:
-        self.architecture = CfnParameter(
-            self,
-            "Architecture",
-            type="String",
-            default="arm64",
-            allowed_values=["arm64", "x86_64"],
-            description="CPU architecture of the workers; the package's native wheels must match it.",
-        )
-        self.timeout = CfnParameter(
-            self,
-            "WorkerTimeout",
-            type="Number",
-            default=300,
-            min_value=3,
-            max_value=900,
-            description="Seconds a worker session may run; the invoker's read timeout is set above this.",
-        )
-        self.reserved = CfnParameter(
-            self,
-            "ReservedConcurrency",
-            type="Number",
-            default=50,
-            min_value=0,
-            max_value=10000,
-            description="Reserved concurrency, i.e. the most workers at once; 0 reserves none.",
-        )
-        self.cold_start_mode = CfnParameter(
-            self,
-            "ColdStartMode",
-            type="String",
-            default="none",
-            allowed_values=["none", "snapstart", "provisioned"],
-            description="How cold starts are fought: none, snapstart (zip package only) or provisioned.",
-        )
-        self.provisioned = CfnParameter(
-            self,
-            "ProvisionedConcurrency",
-            type="Number",
-            default=2,
-            min_value=1,
-            description="Warm environments kept on the alias when ColdStartMode is provisioned.",
-        )
-        self.subnet_ids = CfnParameter(
-            self,
-            "SubnetIds",
-            type="CommaDelimitedList",
-            default="",
-            description="Subnets (in the Spark cluster's VPC) for the workers; empty: no VPC.",
-        )
-        self.security_group = CfnParameter(
-            self,
-            "SecurityGroupId",
-            type="String",
-            default="",
-            description="Security group for the workers' network interfaces.",
-        )
-        self.log_retention = CfnParameter(
-            self,
-            "LogRetentionDays",
-            type="Number",
-            default=14,
-            allowed_values=[str(d) for d in LOG_RETENTION_DAYS],
-            description="Days the workers' logs (and EMF metrics records) are kept.",
-        )
-        self.expiration = CfnParameter(
-            self,
-            "StagingExpirationDays",
-            type="Number",
-            default=7,
-            min_value=1,
-            description="Days after which staged objects are deleted from the staging bucket.",
-        )
-        self.image_uri = CfnParameter(
-            self,
-            "WorkerImageUri",
-            type="String",
-            default="",
-            description="ECR image URI of the worker as a container image; when given, it replaces the zip.",
-        )
-        self.cluster_role = CfnParameter(
-            self,
-            "SparkClusterRoleName",
-            type="String",
-            default="",
-            description="Optional name of the Spark cluster's instance role; the policy is attached to it.",
-        )
-
-    def _conditions(self) -> None:
-        CfnCondition(
-            self,
-            "AttachVpc",
-            expression=Fn.condition_and(
-                Fn.condition_not(Fn.condition_equals(Fn.join("", self.subnet_ids.value_as_list), "")),
-                Fn.condition_not(Fn.condition_equals(self.security_group.value_as_string, "")),
-            ),
-        )
-        CfnCondition(
-            self,
-            "HasReservedConcurrency",
-            expression=Fn.condition_not(Fn.condition_equals(self.reserved.value_as_number, 0)),
-        )
-        CfnCondition(
-            self,
-            "UseImage",
-            expression=Fn.condition_not(Fn.condition_equals(self.image_uri.value_as_string, "")),
-        )
-        CfnCondition(self, "UseZip", expression=Fn.condition_equals(self.image_uri.value_as_string, ""))
-        CfnCondition(
-            self,
-            "UseSnapStart",
-            expression=Fn.condition_equals(self.cold_start_mode.value_as_string, "snapstart"),
-        )
-        CfnCondition(
-            self,
-            "UseProvisioned",
-            expression=Fn.condition_equals(self.cold_start_mode.value_as_string, "provisioned"),
-        )
-        CfnCondition(
-            self,
-            "HasClusterRole",
-            expression=Fn.condition_not(Fn.condition_equals(self.cluster_role.value_as_string, "")),
-        )
 
     def _log_group(self) -> logs.CfnLogGroup:
         group = logs.CfnLogGroup(
             self,
             "WorkerLogGroup",
             log_group_name=Fn.sub("/aws/lambda/" + FUNCTION_NAME),
-            retention_in_days=self.log_retention.value_as_number,
+            retention_in_days=self.params.log_retention.value_as_number,
         )
         _delete_with_stack(group)
         return group
@@ -237,7 +115,7 @@ class WorkerStack(Stack):
                     s3.CfnBucket.RuleProperty(
                         id="ExpireStagedObjects",
                         status="Enabled",
-                        expiration_in_days=self.expiration.value_as_number,
+                        expiration_in_days=self.params.expiration.value_as_number,
                     )
                 ]
             ),
@@ -325,20 +203,20 @@ class WorkerStack(Stack):
             handler=None if image else HANDLER,
             runtime=None if image else RUNTIME,
             image_config=lambda_.CfnFunction.ImageConfigProperty(command=[HANDLER]) if image else None,
-            architectures=[self.architecture.value_as_string],
+            architectures=[self.params.architecture.value_as_string],
             memory_size=MEMORY_MB,
-            timeout=self.timeout.value_as_number,
+            timeout=self.params.timeout.value_as_number,
             role=role.attr_arn,
             reserved_concurrent_executions=Token.as_number(
-                _unless("HasReservedConcurrency", self.reserved.value_as_number)
+                _unless("HasReservedConcurrency", self.params.reserved.value_as_number)
             ),
             # Inside Fn::If, CDK renders property structs with their Python-side casing: spell them out.
             snap_start=None if image else _unless("UseSnapStart", {"ApplyOn": "PublishedVersions"}),
             vpc_config=_unless(
                 "AttachVpc",
                 {
-                    "SubnetIds": self.subnet_ids.value_as_list,
-                    "SecurityGroupIds": [self.security_group.value_as_string],
+                    "SubnetIds": self.params.subnet_ids.value_as_list,
+                    "SecurityGroupIds": [self.params.security_group.value_as_string],
                 },
             ),
             environment=lambda_.CfnFunction.EnvironmentProperty(
@@ -381,7 +259,7 @@ class WorkerStack(Stack):
             function_name=function.ref,
             function_version=version.attr_version,
             provisioned_concurrency_config=_unless(
-                "UseProvisioned", {"ProvisionedConcurrentExecutions": self.provisioned.value_as_number}
+                "UseProvisioned", {"ProvisionedConcurrentExecutions": self.params.provisioned.value_as_number}
             ),
         )
         _only_if(alias, self, condition)
@@ -404,7 +282,7 @@ class WorkerStack(Stack):
             self,
             "SparkClusterPolicy",
             description=POLICY_DESCRIPTION,
-            roles=Token.as_list(_unless("HasClusterRole", [self.cluster_role.value_as_string])),
+            roles=Token.as_list(_unless("HasClusterRole", [self.params.cluster_role.value_as_string])),
             policy_document={
                 "Version": "2012-10-17",
                 "Statement": [
@@ -456,11 +334,13 @@ class WorkerStack(Stack):
         )
         output(
             "FunctionTimeout",
-            self.timeout.value_as_string,
+            self.params.timeout.value_as_string,
             "The function's timeout in seconds (the invoker's read timeout goes above it)",
         )
         output(
-            "ReservedConcurrency", self.reserved.value_as_string, "Reserved concurrency (0 = none reserved)"
+            "ReservedConcurrency",
+            self.params.reserved.value_as_string,
+            "Reserved concurrency (0 = none reserved)",
         )
         output("StagingBucket", bucket.ref, "Name of the encrypted, TLS-only staging bucket")
         output(

@@ -1,1 +1,1 @@
-"""The AWS Lambda handler that runs transient operators on Arrow batches (issue 3)."""
+"""The Lambda worker: a thin Powertools handler that runs transient operators on Arrow batches."""

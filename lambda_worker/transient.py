@@ -23,13 +23,8 @@ from core.errors import PlanError
 from core.expr import Col
 from core.expr_polars import to_polars
 from core.plan import WINDOW, Filter, FlatMap, KeyBy, LogicalPlan, Map, Operator, WindowAggregate
-from merge.partials import (
-    WINDOW_END,
-    WINDOW_START,
-    check_supported,
-    normalise_schema,
-    partial_aggregate,
-)
+from merge.algebra import check_supported
+from merge.partials import WINDOW_END, WINDOW_START, normalise_schema, partial_aggregate
 
 TRANSIENT_SUFFIX = "~to"
 _STATELESS = (Map, Filter, KeyBy, FlatMap)

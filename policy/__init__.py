@@ -1,1 +1,1 @@
-"""Monitoring and offloading policy loop: CPU, input rate and backlog size the Lambda fleet (issue 4)."""
+"""The offloading policy: what to watch (CPU, input rate, backlog), when to offload, to how many workers."""

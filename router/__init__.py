@@ -1,1 +1,1 @@
-"""Router operators and the VM-side agent that dispatches offloaded records to Lambda workers (issue 3)."""
+"""Routing and dispatch: the router in the source read, the VM agent, and the Lambda fleets it invokes."""

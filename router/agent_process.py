@@ -114,7 +114,6 @@ class AgentProcessConfig:
     prewarm: int = 0  # warm pool: environments started and warmed at start-up
     idle_timeout_s: float = 10.0  # a worker's session idles out after this long without chunks
     cpus: frozenset[int] | None = None  # pin the agent (and the embedded workers it forks) to these cores
-    cpus: frozenset[int] | None = None  # pin the agent and its workers (drills: the "Lambda" cores)
 
     @property
     def invoker(self) -> str:

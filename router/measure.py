@@ -23,7 +23,8 @@ import pyarrow as pa
 from core.nexmark.generator import GeneratorConfig, generate
 from core.wire.arrow_ipc import encode
 from lambda_worker.program import ProgramSpec
-from router.agent import AgentConfig, AgentServer
+from router.agent.config import AgentConfig
+from router.agent.server import AgentServer
 from router.client import AgentClient
 from router.dispatcher import DispatchConfig
 from router.fleet import FleetConfig

@@ -190,8 +190,10 @@ def read_routed(
     end: int,
     punctuate: bool,
     segments: tuple[Segment, ...],
+    attempt: int | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """The batches of one routed source task over events [start, end)."""
+    """The batches of one routed source task over events [start, end); `attempt` is the Spark task's
+    attempt number (None outside a Spark task), which injected task failures need."""
     from core.nexmark.generator import date_time_us, event_ids, generate_ids
     from router.routing_log import routed_mask
 
@@ -213,7 +215,7 @@ def read_routed(
         for table in tables:
             if table.num_rows:
                 yield from _with_heartbeat_column(table, schema)
-    _maybe_fail(route, entity, start)
+    _maybe_fail(route, entity, start, attempt)
     time_column = "date_time" if route.route == LOCAL else route.event_time
     if stop > start:
         last_us = int(date_time_us(config, np.array([stop - 1], dtype=np.int64))[0])
@@ -274,15 +276,10 @@ def _offload(
 # ---- injected task failures ---------------------------------------------------------------------
 
 
-def _maybe_fail(route: RouteOptions, entity: str, start: int) -> None:
+def _maybe_fail(route: RouteOptions, entity: str, start: int, attempt: int | None) -> None:
     """Fail the first attempt of a deterministic share of tasks (after their chunks were offloaded,
     so the retry exercises the agent's result cache)."""
-    if route.fail_share <= 0:
-        return
-    from pyspark import TaskContext
-
-    ctx = TaskContext.get()
-    if ctx is None or ctx.attemptNumber() > 0:
+    if route.fail_share <= 0 or attempt is None or attempt > 0:
         return
     salt = TASK_FAILURE_SALT + 2 * ENTITIES.index(entity) + (route.route == OFFLOAD)
     if record_units(np.array([start ^ salt], dtype=np.int64))[0] >= route.fail_share:

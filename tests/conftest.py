@@ -1,14 +1,51 @@
-"""Shared pytest fixtures."""
+"""Shared pytest fixtures, and the lanes the suite runs in.
+
+The lanes (markers in pyproject.toml, strict):
+    fast    -m "not spark and not slow" (make test-fast): tests that run in this process; a one-shot
+            command the test waits for (ruff, a fresh interpreter that checks an import, a CPU burner)
+            is allowed.
+    spark   starts a Spark session (the JVM).
+    slow    starts the product's own processes (the agent as its own process, embedded-fleet workers,
+            LocalStack, a Spark cluster), or takes more than a few seconds.
+
+Where the markers come from:
+  1. marks written in the test files (a long drill, a Spark cluster);
+  2. `pytest_collection_modifyitems` below: a test that uses the `spark` fixture gets `spark`; a test
+     whose code, fixtures, or helpers defined under tests/ name a process starter (PROCESS_STARTERS) or
+     run a product process by module (PROCESS_COMMANDS) gets `slow`;
+  3. the lane guard: a test left in the fast lane that starts such a process anyway (seen through the
+     `subprocess.Popen` audit event) fails with the command line, so the fast lane cannot drift.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+import inspect
+import os
+import sys
+import threading
+from collections.abc import Iterable, Iterator
+from types import CodeType
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+# Names that start processes when a test uses them: classes, functions, fixtures' helpers.
+PROCESS_STARTERS = {
+    "EmbeddedFleet": "embedded-fleet worker processes",
+    "AgentProcess": "the agent as its own process",
+    "WorkerRig": "an embedded worker process (bench)",
+    "running_localstack": "LocalStack",
+}
+# Product processes run as `python -m <module>`: in a test's code, and in the guard's view of argv.
+PROCESS_COMMANDS = {
+    "router.agent": "the agent as its own process",
+    "lambda_worker.local_runtime": "an embedded-fleet worker",
+    "localstack.runtime.main": "LocalStack",
+}
+SPARK_LAUNCHERS = ("spark-submit", "spark-class")  # what pyspark and core/spark/cluster.py run
 
 
 @pytest.fixture(scope="session")
@@ -19,3 +56,126 @@ def spark() -> Iterator[SparkSession]:
     session = spark_session(SparkConfig(master="local[2,4]", shuffle_partitions=2, app_name="sponge-tests"))
     yield session
     session.stop()
+
+
+# --- marking at collection -------------------------------------------------------------------------
+
+
+def _code_names(code: CodeType) -> Iterator[str]:
+    """Global and attribute names and string constants of `code` and the functions nested in it."""
+    stack = [code]
+    while stack:
+        c = stack.pop()
+        yield from c.co_names
+        for const in c.co_consts:
+            if isinstance(const, CodeType):
+                stack.append(const)
+            elif isinstance(const, str):
+                yield const
+
+
+def _references(roots: Iterable[Any]) -> set[str]:
+    """Names reachable from `roots` through their code and the helpers they call that live in tests/."""
+    names: set[str] = set()
+    seen: set[int] = set()
+    todo = list(roots)
+    while todo:
+        obj = todo.pop()
+        if inspect.isfunction(obj):
+            obj = inspect.unwrap(obj)
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, type):
+            todo.extend(v for v in vars(obj).values() if inspect.isfunction(v))
+            continue
+        code = getattr(obj, "__code__", None)
+        if code is None:
+            continue
+        found = set(_code_names(code))
+        names |= found
+        module_globals = getattr(obj, "__globals__", {})
+        for name in found:
+            helper = module_globals.get(name)
+            if (inspect.isfunction(helper) or isinstance(helper, type)) and (
+                getattr(helper, "__module__", "") or ""
+            ).startswith("tests"):
+                todo.append(helper)
+    return names
+
+
+def _fixture_functions(item: pytest.Item) -> list[Any]:
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return []
+    return [d.func for name in item.fixturenames for d in info.name2fixturedefs.get(name, ())]
+
+
+def process_reasons(item: pytest.Item) -> list[str]:
+    """Why `item` starts processes, from what its code, its fixtures and their tests/ helpers name."""
+    function = getattr(item, "function", None)
+    if function is None:
+        return []
+    names = _references([function, *_fixture_functions(item)])
+    return sorted(
+        {f"uses {n} ({why})" for n, why in PROCESS_STARTERS.items() if n in names}
+        | {f"runs python -m {m} ({why})" for m, why in PROCESS_COMMANDS.items() if m in names}
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if "spark" in item.fixturenames and item.get_closest_marker("spark") is None:
+            item.add_marker(pytest.mark.spark)
+        if item.get_closest_marker("slow") is None and process_reasons(item):
+            item.add_marker(pytest.mark.slow)
+
+
+# --- the lane guard ------------------------------------------------------------------------------------
+
+_running: dict[str, Any] = {"item": None, "started": []}
+_running_lock = threading.Lock()
+
+
+def product_process(argv: list[str]) -> tuple[str, str] | None:
+    """(what, marker it needs) when `argv` starts Spark or one of the product's processes, else None."""
+    if argv and os.path.basename(argv[0]) in SPARK_LAUNCHERS:
+        return "Spark", "spark"
+    for i, arg in enumerate(argv[:-1]):
+        if arg == "-m" and argv[i + 1] in PROCESS_COMMANDS:
+            return PROCESS_COMMANDS[argv[i + 1]], "slow"
+    return None
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    if event != "subprocess.Popen" or _running["item"] is None:
+        return
+    raw = args[1]
+    argv = [os.fsdecode(a) for a in ([raw] if isinstance(raw, (str, bytes, os.PathLike)) else raw)]
+    if (kind := product_process(argv)) is not None:
+        with _running_lock:
+            _running["started"].append((kind, argv))
+
+
+sys.addaudithook(_audit)  # audit hooks stay for the interpreter's life; _audit is idle outside tests
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    with _running_lock:  # before any fixture, so module- and session-scoped ones are watched too
+        _running["item"], _running["started"] = item, []
+
+
+@pytest.fixture(autouse=True)
+def _lane_guard(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fails a test whose markers keep it in a lane it does not belong to (see the module doc)."""
+    yield
+    started, _running["item"] = _running["started"], None
+    for (what, needs), argv in started:
+        if needs == "spark" and request.node.get_closest_marker("spark") is None:
+            pytest.fail(f"this test starts {what} ({' '.join(argv[:4])} ...) but is not marked spark")
+        if needs == "slow" and not any(request.node.get_closest_marker(m) for m in ("slow", "spark")):
+            pytest.fail(
+                f"this test starts {what} ({' '.join(argv[:4])} ...) but is in the fast lane: use a starter "
+                "tests/conftest.py knows (PROCESS_STARTERS, PROCESS_COMMANDS) or mark it slow"
+            )

@@ -255,7 +255,9 @@ def run(spec: PolicyRun) -> dict[str, Any]:
         return _run(spec, pool)
     finally:
         if pool is not None:
-            _stop_spark()
+            from core.spark.session import stop_active_session
+
+            stop_active_session()
             pool.stop()
 
 
@@ -265,8 +267,8 @@ def _start_vms(spec: PolicyRun) -> Any:
     A VMInit run's VMs are started here too, before the warm-up: booted and registered, holding no
     executor until the policy asks for them.
     """
-    from core.spark.cluster import WorkerSpec
-    from core.spark.session import spark_session
+    from core.spark.cluster_config import WorkerSpec
+    from core.spark.session import spark_session, stop_active_session
     from core.spark.vm_pool import VmPool
 
     out = Path(spec.output)
@@ -280,7 +282,7 @@ def _start_vms(spec: PolicyRun) -> Any:
         if spec.warm_vms:
             pool.prewarm(spec.warm_vms)
     except BaseException:
-        _stop_spark()
+        stop_active_session()
         pool.stop()
         raise
     print(f"standalone VMs ready in {time.monotonic() - started:.1f} s: {pool.cluster.timings}", flush=True)
@@ -307,14 +309,6 @@ def _spark_config(spec: PolicyRun, standalone_url: str | None) -> Any:
         shuffle_partitions=spec.shuffle_partitions,
         conf=STANDALONE_CONF if standalone_url else (),
     )
-
-
-def _stop_spark() -> None:
-    from pyspark.sql import SparkSession
-
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        active.stop()
 
 
 def _run(spec: PolicyRun, pool: Any) -> dict[str, Any]:

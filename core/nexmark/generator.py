@@ -3,8 +3,9 @@
 Why counter-based: the Spark source, the Parquet export and the batch reference each generate
 arbitrary ranges of the one global event sequence, in any order and on different processes, and
 must agree byte for byte. So every field of event n is a pure function of (seed, n): a splitmix64
-hash of (seed, field salt, n), never a sequential RNG. Whole ranges are generated with numpy array
-arithmetic (no per-row Python), which keeps a 1M-event pass well under a second.
+hash of (seed, field salt, n), never a sequential RNG (core/nexmark/draw.py). Whole ranges are
+generated with numpy array arithmetic (no per-row Python), which keeps a 1M-event pass well under a
+second.
 
 The model follows the standard NEXMark generator (Beam's GeneratorConfig / PersonGenerator /
 AuctionGenerator / BidGenerator): event n is a person, auction or bid by n % 50 (1:3:46); ids are
@@ -25,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from core.errors import ConfigError
+from core.nexmark.draw import DIGITS, MASK64, Draw, mix_int, pack_strings
 from core.nexmark.schedule import RateSchedule
 from core.nexmark.schema import TIMESTAMP, check_entity, schema_for
 
@@ -73,47 +75,6 @@ HOT_CHANNELS = ("Google", "Facebook", "Baidu", "Apple")
 _ENTITY_SLOTS = {"person": (0, 1), "auction": (1, 4), "bid": (4, PROPORTION_DENOMINATOR)}
 """Per entity, the half-open range of n % 50 that it occupies."""
 
-_MASK64 = (1 << 64) - 1
-_GOLDEN = 0x9E3779B97F4A7C15
-_MUL1 = 0xBF58476D1CE4E5B9
-_MUL2 = 0x94D049BB133111EB
-
-# Field salts: distinct constants so that each field draws independent bits for the same event.
-_SALTS = {
-    name: i + 1
-    for i, name in enumerate(
-        (
-            "name",
-            "email_user",
-            "email_user_len",
-            "email_domain",
-            "email_domain_len",
-            "credit_card",
-            "city",
-            "state",
-            "extra",
-            "extra_len",
-            "item_name",
-            "item_name_len",
-            "description",
-            "description_len",
-            "initial_bid",
-            "reserve",
-            "expires",
-            "seller_hot",
-            "seller",
-            "category",
-            "auction_hot",
-            "auction",
-            "bidder_hot",
-            "bidder",
-            "price",
-            "channel_hot",
-            "channel",
-        )
-    )
-}
-
 
 @dataclass(frozen=True)
 class GeneratorConfig:
@@ -136,7 +97,7 @@ class GeneratorConfig:
                     hint=f"pass --{name.replace('_', '-')} as a whole number",
                 )
             object.__setattr__(self, name, int(value))
-        if self.seed < 0 or self.seed > _MASK64:
+        if self.seed < 0 or self.seed > MASK64:
             raise ConfigError(
                 f"seed must be in [0, 2^64), got {self.seed}", hint="pass --seed as a non-negative integer"
             )
@@ -192,7 +153,7 @@ def generate_ids(
         if unknown:
             raise ConfigError(f"{entity} has no columns {sorted(unknown)}", hint=f"columns: {schema.names}")
         schema = pa.schema([f for f in schema if f.name in columns])
-    build = _BUILDERS[entity](_Draw(config.seed, n), date_time_us(config, n))
+    build = _BUILDERS[entity](Draw(config.seed, n), date_time_us(config, n))
     return pa.RecordBatch.from_arrays([build[f.name]() for f in schema], schema=schema)
 
 
@@ -216,107 +177,7 @@ def date_time_us(config: GeneratorConfig, n: np.ndarray) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------------------------------
-# Counter-based randomness
-
-
-def _mix_int(x: int) -> int:
-    """splitmix64's finaliser on a Python int: used for the per-(seed, field) keys."""
-    x &= _MASK64
-    x = ((x ^ (x >> 30)) * _MUL1) & _MASK64
-    x = ((x ^ (x >> 27)) * _MUL2) & _MASK64
-    return x ^ (x >> 31)
-
-
-def _mix(z: np.ndarray) -> np.ndarray:
-    """splitmix64's finaliser, in place on a uint64 array (array arithmetic wraps modulo 2^64)."""
-    z ^= z >> np.uint64(30)
-    z *= np.uint64(_MUL1)
-    z ^= z >> np.uint64(27)
-    z *= np.uint64(_MUL2)
-    z ^= z >> np.uint64(31)
-    return z
-
-
-_LETTERS = (97 + (np.arange(256, dtype=np.uint16) * 26 >> 8)).astype(np.uint8)
-"""Random byte -> lowercase letter, near-uniformly (each letter takes 9 or 10 of the 256 values)."""
-_DIGITS = (48 + (np.arange(256, dtype=np.uint16) * 10 >> 8)).astype(np.uint8)
-"""Random byte -> decimal digit."""
-_SPACE_BYTES = 20
-"""Bytes below this become a blank inside words: 20/256, about one character in 13 as in NEXMark."""
-
-
-class _Draw:
-    """Independent pseudo-random draws for a set of event indices, one stream per field salt."""
-
-    def __init__(self, seed: int, n: np.ndarray) -> None:
-        self.seed = seed
-        self.n = n
-        self._counter = n.astype(np.uint64) * np.uint64(_GOLDEN)
-
-    def _key(self, salt: str) -> np.uint64:
-        return np.uint64(_mix_int(_mix_int(self.seed * _GOLDEN + _SALTS[salt]) + _SALTS[salt]))
-
-    def bits(self, salt: str) -> np.ndarray:
-        """64 random bits per event."""
-        return _mix(self._counter + self._key(salt))
-
-    def unit(self, salt: str) -> np.ndarray:
-        """Uniform doubles in [0, 1)."""
-        return (self.bits(salt) >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53))
-
-    def below(self, salt: str, bound: np.ndarray | int) -> np.ndarray:
-        """Uniform int64 in [0, bound) (bound may vary per event)."""
-        return (self.unit(salt) * bound).astype(np.int64)
-
-    def chance(self, salt: str, share: float) -> np.ndarray:
-        """True with probability `share`."""
-        return self.unit(salt) < share
-
-    def price(self, salt: str) -> np.ndarray:
-        """NEXMark's log-uniform price in cents: round(10^(6u) * 100), from 100 to 100,000,000."""
-        return np.floor(np.power(10.0, self.unit(salt) * 6.0) * 100.0 + 0.5).astype(np.int64)
-
-    def byte_matrix(self, salt: str, width: int) -> np.ndarray:
-        """`width` random bytes per event, as a (events, width) uint8 matrix.
-
-        Eight bytes come from each 64-bit hash of (n, word); reading them through a uint8 view makes
-        the byte order the machine's, which is little-endian on every platform we run on.
-        """
-        words = -(-width // 8)
-        cells = self.n.astype(np.uint64)[:, None] * np.uint64(words) + np.arange(words, dtype=np.uint64)
-        z = _mix(cells * np.uint64(_GOLDEN) + self._key(salt))
-        return z.view(np.uint8).reshape(len(self.n), words * 8)[:, :width]
-
-    def text(self, salt: str, min_len: int, max_len: int, spaces: bool = False) -> pa.StringArray:
-        """Random lowercase words of min_len..max_len characters, one per event.
-
-        With `spaces`, about one interior character in 13 is a blank, as in the standard generator's
-        strings, but never the first or last, so nothing needs trimming. The bytes past each length
-        are dropped before the letter lookup, which halves the cost for short strings.
-        """
-        raw = self.byte_matrix(salt, max_len)
-        length = min_len + self.below(salt + "_len", max_len - min_len + 1)
-        col = np.arange(max_len)[None, :]
-        keep = col < length[:, None]
-        if spaces:
-            interior = (col > 0) & (col < length[:, None] - 1)
-            data = np.where(interior & (raw < _SPACE_BYTES), np.uint8(ord(" ")), _LETTERS[raw])[keep]
-        else:
-            data = _LETTERS[raw[keep]]
-        return _pack_strings(data, length)
-
-
-# --------------------------------------------------------------------------------------------------
 # Arrow assembly
-
-
-def _pack_strings(data: np.ndarray, lengths: np.ndarray) -> pa.StringArray:
-    """An Arrow string array from the concatenated UTF-8 bytes and each string's length."""
-    offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
-    np.cumsum(lengths, out=offsets[1:])
-    return pa.StringArray.from_buffers(
-        len(lengths), pa.py_buffer(offsets), pa.py_buffer(np.ascontiguousarray(data, dtype=np.uint8))
-    )
 
 
 def _int64(values: np.ndarray) -> pa.Array:
@@ -344,13 +205,13 @@ def _channel_tables() -> tuple[pa.StringArray, pa.StringArray]:
     names = list(HOT_CHANNELS)
     urls = [f"https://www.nexmark.com/{name.lower()}/item.htm?query=1" for name in HOT_CHANNELS]
     for k in range(NUM_CHANNELS):
-        word = "".join(chr(97 + (_mix_int(k * 7 + j) % 26)) for j in range(3 + _mix_int(k) % 4))
+        word = "".join(chr(97 + (mix_int(k * 7 + j) % 26)) for j in range(3 + mix_int(k) % 4))
         names.append(f"channel-{k}")
         urls.append(f"https://www.nexmark.com/{word}/item.htm?query=1&channel_id={k}")
     return pa.array(names, type=pa.string()), pa.array(urls, type=pa.string())
 
 
-def _cold_person(draw: _Draw, salt: str, last_person: np.ndarray) -> np.ndarray:
+def _cold_person(draw: Draw, salt: str, last_person: np.ndarray) -> np.ndarray:
     """A base-0 person id among the ACTIVE_PEOPLE most recent ones (all of which exist)."""
     active = np.minimum(last_person + 1, ACTIVE_PEOPLE)
     return last_person + 1 - active + draw.below(salt, active)
@@ -360,7 +221,7 @@ def _cold_person(draw: _Draw, salt: str, last_person: np.ndarray) -> np.ndarray:
 Columns = dict[str, Callable[[], pa.Array]]
 
 
-def _persons(draw: _Draw, date_time: np.ndarray) -> Columns:
+def _persons(draw: Draw, date_time: np.ndarray) -> Columns:
     n, rows = draw.n, len(draw.n)
 
     def name() -> pa.Array:
@@ -374,10 +235,10 @@ def _persons(draw: _Draw, date_time: np.ndarray) -> Columns:
     def credit_card() -> pa.Array:
         # Four blocks of four digits separated by blanks: a fixed 19-byte layout.
         card = np.full((rows, 19), ord(" "), dtype=np.uint8)
-        digits = _DIGITS[draw.byte_matrix("credit_card", 16)]
+        digits = DIGITS[draw.byte_matrix("credit_card", 16)]
         for group in range(4):
             card[:, group * 5 : group * 5 + 4] = digits[:, group * 4 : group * 4 + 4]
-        return _pack_strings(card.reshape(-1), np.full(rows, 19))
+        return pack_strings(card.reshape(-1), np.full(rows, 19))
 
     return {
         "id": lambda: _int64(FIRST_PERSON_ID + n // PROPORTION_DENOMINATOR),
@@ -391,7 +252,7 @@ def _persons(draw: _Draw, date_time: np.ndarray) -> Columns:
     }
 
 
-def _auctions(draw: _Draw, date_time: np.ndarray) -> Columns:
+def _auctions(draw: Draw, date_time: np.ndarray) -> Columns:
     epoch, slot = np.divmod(draw.n, PROPORTION_DENOMINATOR)
 
     def seller() -> pa.Array:
@@ -424,7 +285,7 @@ def _auctions(draw: _Draw, date_time: np.ndarray) -> Columns:
     }
 
 
-def _bids(draw: _Draw, date_time: np.ndarray) -> Columns:
+def _bids(draw: Draw, date_time: np.ndarray) -> Columns:
     epoch = draw.n // PROPORTION_DENOMINATOR
 
     def auction() -> pa.Array:
@@ -465,7 +326,7 @@ def _bids(draw: _Draw, date_time: np.ndarray) -> Columns:
     }
 
 
-_BUILDERS: dict[str, Callable[[_Draw, np.ndarray], Columns]] = {
+_BUILDERS: dict[str, Callable[[Draw, np.ndarray], Columns]] = {
     "person": _persons,
     "auction": _auctions,
     "bid": _bids,

@@ -37,19 +37,19 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 from core.errors import ConfigError, MissingDependencyError, SpongeError
+from core.spark.cluster_config import ClusterConfig, WorkerSpec
 from core.spark.session import check_java
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
-MIN_WORKER_MEMORY_MB = 512
 
 
 class ClusterError(SpongeError):
@@ -61,60 +61,6 @@ def pyspark_home() -> Path:
     import pyspark
 
     return Path(pyspark.__file__).resolve().parent
-
-
-@dataclass(frozen=True)
-class WorkerSpec:
-    """One worker ("VM"): cores and memory it offers, and the CPUs it is pinned to (empty: not pinned).
-
-    memory_mb must cover an executor's spark.executor.memory (1g by default) or no executor starts.
-    """
-
-    cores: int = 1
-    memory_mb: int = 1024
-    cpus: tuple[int, ...] = ()
-
-    def validate(self, available_cpus: frozenset[int]) -> None:
-        if not isinstance(self.cores, int) or self.cores < 1:
-            raise ConfigError(f"a worker needs >= 1 core, got {self.cores!r}")
-        if self.memory_mb < MIN_WORKER_MEMORY_MB:
-            raise ConfigError(f"a worker needs >= {MIN_WORKER_MEMORY_MB} MB, got {self.memory_mb}",
-                              hint="it must fit an executor (spark.executor.memory, 1g by default)")
-        unknown = sorted(set(self.cpus) - available_cpus)
-        if unknown:
-            raise ConfigError(f"cannot pin a worker to CPUs {unknown}",
-                              hint=f"this process may use CPUs {sorted(available_cpus)}")
-
-
-@dataclass(frozen=True)
-class ClusterConfig:
-    """A master and the workers it starts with; `run_dir` receives the logs and the workers' work dirs.
-
-    spark_home: None means the pip pyspark package. python: the interpreter PySpark workers run (must
-    have the project installed). daemon_memory_mb and daemon_java_opts: heap and flags of the master
-    and worker JVMs, not of executors. The default flags (serial GC, C1 JIT only) halve their start-up
-    on a busy two-core machine (about 10 s to 5 s for a master and a worker); they do little work after.
-    """
-
-    run_dir: Path
-    workers: tuple[WorkerSpec, ...] = (WorkerSpec(),)
-    host: str = "127.0.0.1"
-    spark_home: Path | None = None
-    python: str = sys.executable
-    daemon_memory_mb: int = 256
-    daemon_java_opts: str = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
-    start_timeout_s: float = 90.0
-    poll_interval_s: float = 0.1
-    extra_env: Mapping[str, str] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if self.daemon_memory_mb < 64:
-            raise ConfigError(f"daemon_memory_mb must be >= 64, got {self.daemon_memory_mb}")
-        if self.start_timeout_s <= 0 or self.poll_interval_s <= 0:
-            raise ConfigError("start_timeout_s and poll_interval_s must be positive")
-        available = frozenset(os.sched_getaffinity(0))
-        for spec in self.workers:
-            spec.validate(available)
 
 
 @dataclass
@@ -287,7 +233,7 @@ class StandaloneCluster:
 
     def add_worker(
         self,
-        spec: WorkerSpec = WorkerSpec(),
+        spec: WorkerSpec = WorkerSpec(),  # noqa: B008 - a frozen dataclass, safe to share
         launch_delay_s: float = 0.0,
         on_registered: Callable[[PendingWorker], None] | None = None,
     ) -> PendingWorker:

@@ -12,19 +12,8 @@ Layout: `PATH/<entity>/*.jsonl`, one JSON object per line with the entity's colu
 with "." or "_" are skipped, so a writer can write `.name.tmp` and rename it into place: a file must be
 complete once it has its `.jsonl` name. Blank lines are ignored; keys that are not columns are ignored.
 
-Validation (`parse_record`): every column must be present; int64 columns (ids, prices, category) must
-be non-null whole numbers in [0, 2^63); timestamps must be non-null; string columns may be null.
-Why this contract: numbers and times are what the queries compute on (join keys, windows, prices),
-and a null there would silently drop out of a join or an aggregate; strings are only descriptive.
-A date_time at or after END_OF_STREAM_TIME_US is rejected as well: it would advance the watermark
-to the end of time, close every window early and turn all later events into dropped late data.
-
-Dead letters: each partition (one input file) writes `dead_letter/<entity>/<file-stem>.jsonl`, one
-object per rejected line, `{"file", "line", "reason", "record"}` (line numbers from 1, `record` the raw
-text). The name depends only on the input file and the file is replaced atomically (temporary name +
-rename), so a replayed partition (a task retry, a batch re-run after a restart) overwrites its dead
-letters instead of duplicating them; a file without bad lines removes any stale dead-letter file.
-The dead-letter directory must be visible to the executors (trivially so with a local master).
+Each line is validated on its own and a bad one goes to a dead-letter file with the reason, as
+core/spark/jsonl_validation.py says (the contract, the dead-letter layout, why replays are safe).
 
 Offsets are `{"files": k}`: the first k files, sorted by name, have been consumed. Bounded mode
 (default) fixes the file list when the stream reader starts; position `len(files)` (one past the last
@@ -40,14 +29,8 @@ PATH/_dead_letter), bounded ("true" | "false", default "true"), max_files_per_ba
 
 from __future__ import annotations
 
-import json
-import os
-import uuid
-from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,7 +39,8 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxFiles, SupportsTriggerAvailableNow
 
 from core.errors import ConfigError, InputError
-from core.nexmark.schema import END_OF_STREAM_TIME_US, check_entity, schema_for, spark_ddl
+from core.nexmark.schema import check_entity, spark_ddl
+from core.spark.jsonl_validation import FILE_SUFFIX, read_file
 from core.spark.source import end_of_stream_batch
 
 if TYPE_CHECKING:
@@ -64,16 +48,8 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 SOURCE_NAME = "nexmark-files"
-FILE_SUFFIX = ".jsonl"
 DEFAULT_MAX_FILES_PER_BATCH = 64
 DEAD_LETTER_DEFAULT_DIR = "_dead_letter"
-BATCH_ROWS = 65_536
-"""Valid rows per Arrow batch a partition yields: bounds a worker's memory on large files."""
-
-_INT64_MAX = (1 << 63) - 1
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_ONE_US = timedelta(microseconds=1)
-_EOS_TEXT = "2100-01-01T00:00:00Z"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -160,142 +136,6 @@ def _require_dir(options: FileSourceOptions) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Line validation
-
-
-class RecordError(ValueError):
-    """A line that cannot become a row; `reason` is what the dead letter records."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-@dataclass(frozen=True)
-class _Column:
-    name: str
-    kind: str  # "int64" | "timestamp" | "string"
-    nullable: bool
-    before_eos: bool  # date_time only: must lie before the end-of-stream punctuation
-
-
-@cache
-def _columns(entity: str) -> tuple[_Column, ...]:
-    """The validation rules of `entity`, derived from its Arrow schema so the two cannot drift."""
-    rules = []
-    for field in schema_for(entity):
-        if field.type == pa.int64():
-            kind = "int64"
-        elif pa.types.is_timestamp(field.type):
-            kind = "timestamp"
-        elif field.type == pa.string():
-            kind = "string"
-        else:  # pragma: no cover - a new column type needs a rule here first
-            raise TypeError(f"no validation rule for {entity}.{field.name}: {field.type}")
-        nullable, before_eos = kind == "string", field.name == "date_time"
-        rules.append(_Column(field.name, kind, nullable=nullable, before_eos=before_eos))
-    return tuple(rules)
-
-
-def _json_type(value: Any) -> str:
-    """The JSON name of a decoded value's type, as a user sees it in the file."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    return "object"
-
-
-def _int64(col: _Column, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise RecordError(f"field '{col.name}': expected int64, got {_json_type(value)}")
-    if value < 0:
-        raise RecordError(f"field '{col.name}': must be >= 0, got {value}")
-    if value > _INT64_MAX:
-        raise RecordError(f"field '{col.name}': {value} is out of the int64 range")
-    return value
-
-
-def _timestamp_us(col: _Column, value: Any) -> int:
-    if isinstance(value, str):
-        try:
-            parsed = datetime.fromisoformat(value)
-        except ValueError:
-            raise RecordError(f"field '{col.name}': not an ISO-8601 timestamp: {value!r}") from None
-        if parsed.tzinfo is None:
-            raise RecordError(f"field '{col.name}': timestamp without a timezone: {value!r}")
-        micros = (parsed - _EPOCH) // _ONE_US
-    elif isinstance(value, int) and not isinstance(value, bool):
-        if not -_INT64_MAX <= value <= _INT64_MAX:
-            raise RecordError(f"field '{col.name}': {value} is out of the int64 microseconds range")
-        micros = value
-    else:
-        raise RecordError(
-            f"field '{col.name}': expected timestamp (ISO-8601 string or epoch microseconds), "
-            f"got {_json_type(value)}"
-        )
-    if col.before_eos and micros >= END_OF_STREAM_TIME_US:
-        raise RecordError(f"field '{col.name}': at or after the end-of-stream time {_EOS_TEXT}")
-    return micros
-
-
-def _string(col: _Column, value: Any) -> str:
-    if not isinstance(value, str):
-        raise RecordError(f"field '{col.name}': expected string, got {_json_type(value)}")
-    return value
-
-
-_CONVERT = {"int64": _int64, "timestamp": _timestamp_us, "string": _string}
-
-
-def parse_record(line: str | bytes, entity: str) -> tuple[Any, ...]:
-    """One JSON line as a tuple of `entity`'s column values, timestamps as UTC epoch microseconds.
-
-    Raises RecordError with the first problem in column order, so a line always gets the same reason:
-    "malformed json: ...", "missing field 'price'", "field 'price': expected int64, got string",
-    "field 'date_time': must not be null", "field 'price': must be >= 0, got -5", ...
-    """
-    if isinstance(line, bytes):
-        try:
-            line = line.decode("utf-8")
-        except UnicodeDecodeError as err:
-            raise RecordError(f"malformed json: invalid utf-8 ({err.reason} at byte {err.start})") from None
-    try:
-        obj = json.loads(line)
-    except json.JSONDecodeError as err:
-        raise RecordError(f"malformed json: {err}") from None
-    except RecursionError:
-        raise RecordError("malformed json: nested too deeply") from None
-    if not isinstance(obj, dict):
-        raise RecordError(f"malformed json: expected an object, got {_json_type(obj)}")
-    values = []
-    for col in _columns(entity):
-        if col.name not in obj:
-            raise RecordError(f"missing field '{col.name}'")
-        value = obj[col.name]
-        if value is None:
-            if not col.nullable:
-                raise RecordError(f"field '{col.name}': must not be null")
-            values.append(None)
-            continue
-        values.append(_CONVERT[col.kind](col, value))
-    return tuple(values)
-
-
-def reason_kind(reason: str) -> str:
-    """The stable part of a reason (before the first ':'), used to count dead letters by kind."""
-    return reason.split(":", 1)[0].strip()
-
-
-# ---------------------------------------------------------------------------------------------
 # Reading a partition
 
 
@@ -305,82 +145,6 @@ class FilePartition(InputPartition):
 
     path: str | None
     punctuate: bool = False
-
-
-def dead_letter_file(dead_letter_dir: str | Path, entity: str, input_file: str | Path) -> Path:
-    """Where the dead letters of `input_file` go: a function of the input file alone, for idempotency."""
-    return Path(dead_letter_dir) / entity / (Path(input_file).stem + FILE_SUFFIX)
-
-
-def write_dead_letters(target: Path, letters: Sequence[Mapping[str, Any]]) -> None:
-    """Replace `target` with `letters` as JSON lines, atomically; remove it when there are none.
-
-    A unique temporary name in the same directory, then os.replace: readers see the old or the new
-    file, never a torn one, and two attempts of the same task (retry, speculation) cannot interleave.
-    """
-    if not letters:
-        target.unlink(missing_ok=True)
-        return
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.parent / f".{target.name}.{uuid.uuid4().hex}.tmp"
-    try:
-        with open(tmp, "w", encoding="utf-8") as out:
-            for letter in letters:
-                out.write(json.dumps(letter, ensure_ascii=False) + "\n")
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def _to_batch(entity: str, rows: list[tuple[Any, ...]]) -> pa.RecordBatch:
-    schema = schema_for(entity)
-    columns = [list(values) for values in zip(*rows, strict=True)]
-    arrays = [pa.array(values, type=field.type) for values, field in zip(columns, schema, strict=True)]
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
-
-
-def read_file(
-    input_file: str | Path, entity: str, dead_letter_dir: str | Path, batch_rows: int = BATCH_ROWS
-) -> Iterator[pa.RecordBatch]:
-    """The valid rows of one JSONL file as Arrow batches of the entity schema; bad lines to dead letters.
-
-    The dead-letter file is written once the whole file has been read (a partially consumed iterator
-    writes none, since its letters would be incomplete); it is replaced, never appended to.
-    """
-    letters: list[dict[str, Any]] = []
-    rows: list[tuple[Any, ...]] = []
-    try:
-        handle = open(input_file, "rb")  # noqa: SIM115 - closed by the with below; open errors are clearer
-    except FileNotFoundError:
-        raise InputError(
-            f"input file {input_file} disappeared before it was read",
-            hint="do not move or delete *.jsonl files under the source path while a query reads them",
-        ) from None
-    with handle:
-        for number, raw in enumerate(handle, start=1):
-            line = raw.rstrip(b"\r\n")
-            if number == 1 and line.startswith(b"\xef\xbb\xbf"):
-                line = line[3:]  # a UTF-8 byte-order mark some editors write
-            if not line.strip():
-                continue
-            try:
-                rows.append(parse_record(line, entity))
-            except RecordError as err:
-                letters.append(
-                    {
-                        "file": str(input_file),
-                        "line": number,
-                        "reason": err.reason,
-                        "record": line.decode("utf-8", errors="replace"),
-                    }
-                )
-                continue
-            if len(rows) >= batch_rows:
-                yield _to_batch(entity, rows)
-                rows = []
-    if rows:
-        yield _to_batch(entity, rows)
-    write_dead_letters(dead_letter_file(dead_letter_dir, entity, input_file), letters)
 
 
 def read_partition(options: FileSourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -526,22 +290,3 @@ def require_entity_dirs(path: str | Path, entities: Sequence[str]) -> None:
 def bounded_end_offset(path: str | Path, entity: str) -> int:
     """The last offset of a bounded stream over `path`: its file count plus the punctuation position."""
     return len(list_files(Path(path) / check_entity(entity))) + 1
-
-
-def dead_letter_summary(dead_letter_dir: str | Path) -> dict[str, Any]:
-    """`{"count": n, "by_reason": {reason_kind: n}}` over every dead letter under `dead_letter_dir`.
-
-    Counts lines of `<entity>/*.jsonl`, so temporary files of a write in progress are never counted;
-    a missing directory means no dead letters.
-    """
-    kinds: Counter[str] = Counter()
-    root = Path(dead_letter_dir)
-    files = sorted(root.glob(f"*/*{FILE_SUFFIX}")) if root.is_dir() else []
-    for path in files:
-        if path.name.startswith("."):
-            continue
-        with open(path, encoding="utf-8") as handle:
-            for line in handle:
-                if line.strip():
-                    kinds[reason_kind(json.loads(line)["reason"])] += 1
-    return {"count": sum(kinds.values()), "by_reason": dict(sorted(kinds.items()))}

@@ -1,6 +1,6 @@
 """Translate a rewritten DAG (or a plain logical DAG) into a Spark Structured Streaming DataFrame.
 
-Only VM-placed nodes become Spark operators; transient operators run on Lambda workers (issue 3).
+Only VM-placed nodes become Spark operators; transient operators run on Lambda workers.
 While nothing is offloaded, routers and merges lower to the identity, so the compiled plan costs
 what the plain plan costs (the paper's inactive proxies, section 4.2).
 
@@ -13,6 +13,9 @@ Why some lowerings look the way they do:
   partial form, which keeps the panes itself (merge/spark/sliding_top_k.py, ADR 0010 and 0014).
 * Aggregates that keep records (max_with_ties, latest_n) collect structs and trim them after the
   aggregation: the trim is a stateless projection, so Spark's state holds one list per group.
+* What each aggregate computes (over records, over partial rows, per pane, per window, the trim)
+  is merge/algebra.py's rule in Spark's spelling (merge/spark/column_fold.py); this module lowers
+  the arguments and places the aggregates in groupings.
 """
 
 from __future__ import annotations
@@ -43,8 +46,9 @@ from core.plan import (
 from core.rewrite import Kind, Placement, RewrittenPlan
 from core.spark.expr_spark import to_spark
 from core.spark.session import DEFAULT_STATE_STORE, ROCKSDB_STATE_STORE
+from merge.algebra import check_pane_mergeable
+from merge.spark import column_fold, window_join_count
 from merge.spark import partial_form as spark_merge
-from merge.spark import window_join_count
 from merge.spark.sliding_top_k import fold_per_task, fusable, sliding_top_k
 
 SourceFactory = Callable[[Source], DataFrame]
@@ -63,67 +67,21 @@ def _window_col(spec: WindowSpec, size_s: int | None = None) -> Column:
 
 # ---- aggregates --------------------------------------------------------------------------------
 
-_PANE_PARTIAL = {"count": "sum", "sum": "sum", "min": "min", "max": "max"}
+
+def _arg(call: AggCall) -> Column | None:
+    return to_spark(call.arg) if call.arg is not None else None
 
 
-def _agg_expr(call: AggCall) -> Column:
-    arg = to_spark(call.arg) if call.arg is not None else None
-    match call.fn:
-        case "count":
-            return F.count(F.lit(1))
-        case "sum":
-            return F.sum(arg)
-        case "min":
-            return F.min(arg)
-        case "max":
-            return F.max(arg)
-        case "avg":
-            return F.avg(arg)
-        case "max_with_ties":
-            return F.collect_list(F.struct(arg.alias("_v"), *[F.col(f) for f in call.fields]))
-        case "latest_n":
-            keys = [F.col(f).alias(f"_k{i}") for i, f in enumerate(call.order_by)]
-            return F.collect_list(F.struct(*keys, *[F.col(f) for f in call.fields]))
-    raise PlanError(f"no Spark lowering for aggregate {call.fn!r}")
-
-
-def _keep_fields(fields: tuple[str, ...]) -> Callable[[Column], Column]:
-    """A one-argument lambda for F.transform (a second argument would receive the element index)."""
-    return lambda x: F.struct(*[x[f].alias(f) for f in fields])
-
-
-def _field_equals(field: str, column: str) -> Callable[[Column], Column]:
-    return lambda x: x[field] == F.col(column)
-
-
-def _trims(df: DataFrame, calls: list[AggCall]) -> DataFrame:
-    """The stateless step after the aggregation that turns collected structs into the result.
-
-    The maximum of max_with_ties is its own aggregate (`_best_<out>`, see `_agg_columns`): a
-    threshold computed in a projection is inlined into the lambda by Spark's optimizer and then
-    recomputed for every element of the list.
-    """
-    for call in calls:
-        c = F.col(call.out)
-        strip = _keep_fields(call.fields)
-        if call.fn == "max_with_ties":
-            at_best = _field_equals("_v", f"_best_{call.out}")
-            df = df.withColumn(call.out, F.transform(F.filter(c, at_best), strip))
-            df = df.drop(f"_best_{call.out}")
-        elif call.fn == "latest_n":
-            df = df.withColumn(call.out, F.transform(F.slice(F.sort_array(c, asc=False), 1, call.n), strip))
-    return df
+def _args(op: WindowAggregate) -> dict[str, Column | None]:
+    return {a.out: _arg(a) for a in op.aggs}
 
 
 def _agg_columns(aggs: tuple[AggCall, ...], partial: bool) -> list[Column]:
     """The aggregates of `aggs` over records, or over partial rows (merge/spark/partial_form.py)."""
-    if partial:
-        cols = [spark_merge.merge_agg(a).alias(a.out) for a in aggs]
-        best = [spark_merge.merge_best(a).alias(f"_best_{a.out}") for a in aggs if a.fn == "max_with_ties"]
-    else:
-        cols = [_agg_expr(a).alias(a.out) for a in aggs]
-        best = [F.max(to_spark(a.arg)).alias(f"_best_{a.out}") for a in aggs if a.fn == "max_with_ties"]
-    return cols + best
+    args = [None if partial else _arg(a) for a in aggs]
+    cols = [column_fold.finished(a, arg, from_records=not partial) for a, arg in zip(aggs, args, strict=True)]
+    helpers = [h for a, arg in zip(aggs, args, strict=True) for h in column_fold.helpers(a, arg, not partial)]
+    return cols + helpers
 
 
 def _aggregate(df: DataFrame, op: WindowAggregate, partial: bool = False) -> DataFrame:
@@ -134,7 +92,7 @@ def _aggregate(df: DataFrame, op: WindowAggregate, partial: bool = False) -> Dat
         out = df.groupBy(_window_col(op.window).alias(WINDOW), *keys).agg(*_agg_columns(op.aggs, partial))
     else:
         out = _windows(_panes(df, op, partial), op)
-    return _trims(out, [a for a in op.aggs if a.fn in ("max_with_ties", "latest_n")])
+    return column_fold.trim(out, op.aggs)
 
 
 def merge_aggregate(
@@ -142,7 +100,7 @@ def merge_aggregate(
 ) -> DataFrame:
     """`op` over the VM's records and the workers' partial rows of the same epochs (the merge operator);
     with `partials_only`, both kinds of rows in partial form, unaggregated (for sliding_top_k)."""
-    mine = spark_merge.local_partials(local, op)
+    mine = spark_merge.local_partials(local, op, _args(op))
     if partials_only:
         mine = fold_per_task(mine, op)
     both = mine.unionByName(spark_merge.worker_partials(workers, op, mine))
@@ -150,23 +108,13 @@ def merge_aggregate(
 
 
 def _panes(df: DataFrame, op: WindowAggregate, partial: bool) -> DataFrame:
-    """A sliding window's first step: its aggregates per pane (a tumbling window of the slide)."""
+    """A sliding window's first step: its aggregates' partial columns per pane (a tumbling window of
+    the slide)."""
     assert op.window is not None
     pane_aggs = []
     for a in op.aggs:
-        if a.fn not in ("avg", *_PANE_PARTIAL):
-            raise PlanError(
-                f"aggregate {a.fn} is not supported on sliding windows", hint="use a tumbling window"
-            )
-        if partial:
-            pane_aggs += spark_merge.merge_pane_aggs(a)
-        elif a.fn == "avg":
-            pane_aggs += [
-                F.sum(to_spark(a.arg)).alias(f"_{a.out}_s"),
-                F.count(to_spark(a.arg)).alias(f"_{a.out}_n"),
-            ]
-        else:
-            pane_aggs.append(_agg_expr(a).alias(a.out))
+        check_pane_mergeable(a)
+        pane_aggs += column_fold.partial_columns(a, None if partial else _arg(a), from_records=not partial)
     pane = F.window(F.col(op.window.on), _secs(op.window.slide_s)).alias("_pane")
     return df.groupBy(pane, *[F.col(k) for k in op.keys]).agg(*pane_aggs)
 
@@ -174,12 +122,7 @@ def _panes(df: DataFrame, op: WindowAggregate, partial: bool) -> DataFrame:
 def _windows(panes: DataFrame, op: WindowAggregate) -> DataFrame:
     """A sliding window's second step: each pane's partials folded into every window that holds it."""
     assert op.window is not None
-    window_aggs = [
-        (F.sum(f"_{a.out}_s") / F.sum(f"_{a.out}_n")).alias(a.out)
-        if a.fn == "avg"
-        else getattr(F, _PANE_PARTIAL[a.fn])(F.col(a.out)).alias(a.out)
-        for a in op.aggs
-    ]
+    window_aggs = [column_fold.finished(a, None, from_records=False) for a in op.aggs]
     window = F.window(F.window_time("_pane"), _secs(op.window.size_s), _secs(op.window.slide_s))
     return panes.groupBy(window.alias(WINDOW), *[F.col(k) for k in op.keys]).agg(*window_aggs)
 
@@ -342,7 +285,7 @@ class _Fusion:
             return ins[0]
         if node_id in self.aggregates:
             assert isinstance(op, WindowAggregate)
-            return fold_per_task(spark_merge.local_partials(ins[0], op), op)
+            return fold_per_task(spark_merge.local_partials(ins[0], op, _args(op)), op)
         if node_id in self.tops:
             assert isinstance(op, TopK)
             agg = self.tops[node_id]

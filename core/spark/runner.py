@@ -75,8 +75,9 @@ def run_query(
     config: RunConfig, progress: Callable[[dict], None] | None = None, hooks: RunHooks | None = None
 ) -> dict:
     """Stream the query to completion, write Parquet results and summary.json; return the summary."""
-    from core.spark.file_source import dead_letter_summary, require_entity_dirs
     from core.spark.file_source import register as register_file_source
+    from core.spark.file_source import require_entity_dirs
+    from core.spark.jsonl_validation import dead_letter_summary
     from core.spark.lower import lower_plain, lower_rewritten, state_store_for
 
     info = get_query(config.query)

@@ -90,3 +90,12 @@ def spark_session(config: SparkConfig = SparkConfig()):
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     return spark
+
+
+def stop_active_session() -> None:
+    """Stop this process's active Spark session, if any (a drill run ends its own)."""
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        active.stop()

@@ -285,8 +285,11 @@ class NexmarkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         opts = self.options
         if opts.route is None:
             return read_range(opts, partition)
+        from pyspark import TaskContext
+
         from router.source_router import read_routed
 
+        task = TaskContext.get()
         return read_routed(
             opts.generator_config(),
             opts.entity,
@@ -295,6 +298,7 @@ class NexmarkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             partition.end,
             partition.punctuate,
             partition.segments,
+            attempt=task.attemptNumber() if task is not None else None,
         )
 
     def commit(self, end: dict) -> None:

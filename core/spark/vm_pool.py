@@ -37,14 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import ConfigError, SpongeError
-from core.spark.cluster import (
-    ClusterConfig,
-    PendingWorker,
-    StandaloneCluster,
-    WorkerSpec,
-    alive,
-    descendants,
-)
+from core.spark.cluster import PendingWorker, StandaloneCluster, alive, descendants
+from core.spark.cluster_config import ClusterConfig, WorkerSpec
 
 EXECUTOR_CLASS = "CoarseGrainedExecutorBackend"
 WATCH_INTERVAL_S = 0.2

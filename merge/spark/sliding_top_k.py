@@ -36,9 +36,9 @@ from pyspark.sql.streaming.stateful_processor import (
 from pyspark.sql.types import StructField, StructType
 
 from core.plan import WINDOW, AggCall, TopK, WindowAggregate
+from merge import polars_fold
+from merge.algebra import kind_of
 from merge.spark.window_blobs import WindowBlobs, input_rows
-
-FUSABLE_AGGS = ("count", "sum", "min", "max", "avg")
 
 # The operator's input is [_PANE_US, *values, group] and is read by position: the pandas hand-off
 # renames "_"-prefixed columns to "_<i>". No event-time column goes in: the timers follow the query's
@@ -67,14 +67,14 @@ class SlidingTopK:
 
     def fold(self, partials: pl.DataFrame) -> pl.DataFrame:
         """One partial row per key from any number (merge/spark/partial_form.py's partial form)."""
-        return partials.group_by(list(self.keys)).agg(*[e for a in self.aggs for e in _merge(a)])
+        return polars_fold.fold(partials, self.keys, self.aggs, from_records=False)
 
     def rank(self, panes: pl.DataFrame, end_ms: int) -> pl.DataFrame:
         """The window ending at `end_ms` from its panes' partial rows: fold, then keep the top k.
 
         Ties at the k-th value are kept and a null ranks last, as the native lowering does (lower._top_k).
         """
-        folded = self.fold(panes).with_columns(*[_finish(a) for a in self.aggs if a.fn == "avg"])
+        folded = self.fold(panes).with_columns(*polars_fold.computed_finishes(self.aggs))
         ranked = folded.get_column(self.by).sort(descending=True, nulls_last=True)
         if ranked.len() == 0:
             return folded
@@ -87,29 +87,6 @@ class SlidingTopK:
             *self.keys,
             *[a.out for a in self.aggs],
         )
-
-
-def _merge(call: AggCall) -> list[pl.Expr]:
-    """Partials of `call` folded into one, by spark_merge.merge_agg's rules."""
-    c = pl.col(call.out)
-    match call.fn:
-        case "count":
-            return [c.sum()]
-        case "sum":  # Spark's sum of nothing but nulls is null
-            return [pl.when(c.is_not_null().any()).then(c.sum()).alias(call.out)]
-        case "min":
-            return [c.min()]
-        case "max":
-            return [c.max()]
-        case "avg":
-            return [pl.col(f"{call.out}__sum").sum(), pl.col(f"{call.out}__count").sum()]
-    raise ValueError(f"aggregate {call.fn!r} is not fused")  # fusable() admits only FUSABLE_AGGS
-
-
-def _finish(call: AggCall) -> pl.Expr:
-    """avg's value from its folded sum and count (null over no values, as Spark's avg)."""
-    n = pl.col(f"{call.out}__count")
-    return pl.when(n > 0).then(pl.col(f"{call.out}__sum") / n).alias(call.out)
 
 
 class PaneProcessor(StatefulProcessor):
@@ -180,22 +157,27 @@ def fold_per_task(partials: DataFrame, agg: WindowAggregate) -> DataFrame:
     partial aggregate, which keeps the per-record work parallel over the VM's cores (the operator
     itself runs in one task per top-k partition). A folded row takes its pane's start as event time,
     as the workers' partials do. The workers' rows need no second fold: they come folded per chunk."""
-    assert agg.window is not None
     schema = to_arrow_schema(partials.schema, timezone="UTC")  # the zone is only a label on UTC micros
-    on, slide_us, keys, aggs = agg.window.on, agg.window.slide_s * _MS * _MS, list(agg.keys), agg.aggs
 
     def fold(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         frames = [pl.from_arrow(b) for b in batches if b.num_rows]
         if not frames:
             return
-        rows = pl.concat(frames, how="vertical_relaxed")  # type: ignore[arg-type]
-        micros = pl.col(on).dt.epoch("us")
-        rows = rows.with_columns((micros - micros.mod(slide_us)).alias(on))
-        folded = rows.group_by([on, *keys]).agg(*[e for a in aggs for e in _merge(a)])
-        folded = folded.with_columns(pl.col(on).cast(pl.Datetime("us", "UTC")))
+        folded = fold_to_panes(pl.concat(frames, how="vertical_relaxed"), agg)  # type: ignore[arg-type]
         yield from folded.select(schema.names).to_arrow().cast(schema).to_batches()
 
     return partials.mapInArrow(fold, partials.schema)
+
+
+def fold_to_panes(rows: pl.DataFrame, agg: WindowAggregate) -> pl.DataFrame:
+    """Rows in partial form (the event-time column, the keys, the partial columns) folded into one
+    row per (pane, key), the event-time column set to the pane's start: fold_per_task's work."""
+    assert agg.window is not None
+    on = agg.window.on
+    pane = polars_fold.floor_to(pl.col(on).dt.epoch("us"), agg.window.slide_s * _MS * _MS)
+    rows = rows.with_columns(pane.alias(on))
+    folded = polars_fold.fold(rows, [on, *agg.keys], agg.aggs, from_records=False)
+    return folded.with_columns(pl.col(on).cast(pl.Datetime("us", "UTC")))
 
 
 def fusable(agg: WindowAggregate, top: TopK) -> bool:
@@ -203,7 +185,7 @@ def fusable(agg: WindowAggregate, top: TopK) -> bool:
     return (
         agg.window is not None
         and not agg.window.tumbling
-        and all(a.fn in FUSABLE_AGGS for a in agg.aggs)
+        and all(kind_of(a).pane_mergeable for a in agg.aggs)
         and top.with_ties
         and set(top.partition_by) <= set(agg.keys)
         and top.by in {a.out for a in agg.aggs}

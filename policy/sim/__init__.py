@@ -1,4 +1,4 @@
-"""Sponge at paper scale, simulated: 5 VMs x 4 cores, up to 200 Lambdas, NEXMark Q1-Q8 (issue 4, item 6).
+"""Sponge at paper scale, simulated: 5 VMs x 4 cores, up to 200 Lambdas, NEXMark Q1-Q8.
 
 Modules, one idea each: costs (what was measured here, what the paper says, what is derived),
 engine (the fluid FIFO cluster with its timeline of discrete events), strategies (the six policies;

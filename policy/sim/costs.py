@@ -5,7 +5,7 @@ glance which ones were measured here (`MEASURED`), which come from the paper's t
 `BASELINES`, Table 1 in `TABLE_1`) and which are derived from those by a stated rule
 (`query_profile`). Nothing here is tuned to make a figure come out right.
 
-Measured here (`python -m bench.offload`, the numbers the brief of issue 4 item 6 records):
+Measured here (`python -m bench.offload`, the numbers the simulator is calibrated with):
   VM path, Spark local[1], bids/s per core: Q1 309,504, Q5 147,613;
   Lambda worker path (one worker process on its own core), bids/s per core: Q1 2,382,575, Q5 2,896,880;
   rho = worker / VM: Q1 7.70, Q5 19.62;

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.errors import ConfigError, MissingDependencyError
+from core.errors import ConfigError
 from router.invokers.base import Invoker
 
 INVOKERS = ("embedded", "boto3")
@@ -21,12 +21,6 @@ def make_invoker(name: str, **options: Any) -> Invoker:
 
         return EmbeddedFleet(EmbeddedFleetConfig(**options))
     if name == "boto3":
-        try:
-            import boto3  # noqa: F401
-        except ImportError:
-            raise MissingDependencyError(
-                "the boto3 invoker needs boto3", hint="run make setup (boto3 is a project dependency)"
-            ) from None
         from router.invokers.lambda_api import Boto3Invoker, Boto3InvokerConfig
 
         return Boto3Invoker(Boto3InvokerConfig(**options))

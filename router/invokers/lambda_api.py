@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from core.errors import ConfigError
+from core.errors import ConfigError, MissingDependencyError
 from router.invokers.base import InvokeFailed, InvokeHandle, Invoker, InvokeResult, Throttled
 
 RETRYABLE_CODES = frozenset({"ServiceException", "InternalFailure", "ServiceUnavailableException"})
@@ -88,8 +88,12 @@ class Boto3Invoker(Invoker):
     def __init__(self, config: Boto3InvokerConfig, client: Any = None) -> None:
         self.config = config
         if client is None:
-            import boto3
-
+            try:
+                import boto3
+            except ImportError:
+                raise MissingDependencyError(
+                    "the boto3 invoker needs boto3", hint="run make setup (boto3 is a project dependency)"
+                ) from None
             client = boto3.client(
                 "lambda",
                 region_name=config.region,

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from bench.offload import (
+from bench.offload_figures import summarize_query
+from bench.offload_rigs import (
     BID_SHARE,
     PROGRAMS,
     VmRun,
     WorkerRig,
     WorkerRun,
     bid_chunks,
-    summarize_query,
     vm_batch_events,
 )
 

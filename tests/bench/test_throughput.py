@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.throughput import normalized, steady_state
+from bench.throughput import normalized
+from bench.throughput_variants import steady_state
 
 ROOT = Path(__file__).resolve().parents[2]
 

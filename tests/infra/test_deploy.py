@@ -33,16 +33,10 @@ from core.nexmark.schedule import RateSchedule
 from core.results import diff_results, read_results
 from core.spark.offload_session import OffloadConfig, OffloadSession
 from core.spark.runner import RunConfig, run_query
-from infra.deploy import (
-    DeployConfig,
-    client_for,
-    deploy,
-    destroy,
-    package_code,
-    parse_parameters,
-    rewrite_code_uri,
-    status,
-)
+from infra.deploy.clients import client_for
+from infra.deploy.code_package import package_code, rewrite_code_uri
+from infra.deploy.stack import DeployConfig, deploy, destroy, parse_parameters
+from infra.deploy.status import status
 from router.agent_process import AgentProcessConfig, LambdaFunction
 from tests.infra.localstack_env import kill, running_localstack, runtime_pids
 

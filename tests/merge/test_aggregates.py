@@ -1,4 +1,5 @@
-"""Every aggregate declared mergeable obeys the merge law the redirect-and-merge path relies on."""
+"""Every aggregate obeys the merge law the redirect-and-merge path relies on (in its reference
+semantics), and the query builder's signatures, the fold rules and the reference name the same set."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from core.aggregate_signatures import SIGNATURES, signature
 from core.errors import PlanError
-from merge.aggregates import AGGREGATES, aggregate, fold
+from merge.algebra import KINDS
+from tests.merge.reference_semantics import AGGREGATES, aggregate, fold
 
 values = st.lists(st.integers(-1000, 1000), max_size=40)
 
@@ -41,5 +44,6 @@ def test_max_with_ties_keeps_every_record_at_the_maximum(a: list[int], b: list[i
 
 def test_unknown_aggregate_names_the_choices() -> None:
     with pytest.raises(PlanError, match="unknown aggregate 'median'"):
-        aggregate("median")
-    assert {"count", "sum", "min", "max", "avg", "max_with_ties", "latest_n"} <= set(AGGREGATES)
+        signature("median")
+    names = {"count", "sum", "min", "max", "avg", "max_with_ties", "latest_n"}
+    assert set(SIGNATURES) == set(KINDS) == set(AGGREGATES) == names

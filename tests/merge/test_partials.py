@@ -1,7 +1,7 @@
 """The partial-state algebra: finalize(merge(partial(A), partial(B), ...)) == aggregate(A ∪ B ∪ ...).
 
 The reference is computed row by row in pure Python from the semantic definitions in
-merge/aggregates.py (create/add/merge/extract), with windows assigned the way Spark does
+tests/merge/reference_semantics.py (create/add/merge/extract), with windows assigned the way Spark does
 (epoch-aligned, [k*W, (k+1)*W), sliding windows [k*P, k*P + W)); timestamps are drawn around window
 boundaries on purpose.
 """
@@ -20,8 +20,6 @@ from hypothesis import strategies as st
 from core.errors import PlanError
 from core.expr import BinOp, Col, Expr, Lit, col
 from core.plan import WINDOW, AggCall, WindowAggregate, WindowSpec
-from merge.aggregates import aggregate as semantic
-from merge.aggregates import fold
 from merge.partials import (
     TIMESTAMP,
     final_schema,
@@ -30,6 +28,8 @@ from merge.partials import (
     partial_aggregate,
     partial_schema,
 )
+from tests.merge.reference_semantics import aggregate as semantic
+from tests.merge.reference_semantics import fold
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -11,7 +11,8 @@ import pytest
 
 from core.nexmark.generator import GeneratorConfig, generate
 from lambda_worker.program import ProgramSpec
-from router.agent import AgentConfig, AgentServer
+from router.agent.config import AgentConfig
+from router.agent.server import AgentServer
 from router.dispatcher import DispatchConfig
 from router.fleet import FleetConfig
 from router.invokers.base import Invoker

@@ -24,7 +24,7 @@ import pytest
 from lambda_worker.program import ProgramSpec
 from merge.partials import finalize, merge_partials
 from router import stats
-from router.agent import AgentServer
+from router.agent.server import AgentServer
 from router.client import AgentClient, OffloadResult
 from router.invokers.embedded import EmbeddedFleet, EmbeddedFleetConfig, WorkerFaults
 from tests.router.conftest import Q5, Q7, bids

@@ -14,7 +14,7 @@ import pytest
 
 from core.fault_spec import FaultSpec
 from router import stats
-from router.agent import AgentServer
+from router.agent.server import AgentServer
 from router.client import AgentClient, OffloadResult
 from router.invokers.embedded import EmbeddedFleet, EmbeddedFleetConfig, WorkerFaults
 from tests.router.conftest import Q5, bids

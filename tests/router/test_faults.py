@@ -12,7 +12,9 @@ import pytest
 from core.errors import ConfigError
 from core.fault_spec import FaultSpec
 from router import stats
-from router.agent import AgentConfig, AgentServer, main
+from router.agent.cli import main
+from router.agent.config import AgentConfig
+from router.agent.server import AgentServer
 from router.dispatcher import ChunkTask
 from router.faults import AgentFaults, ShareDraw, SlowChunks, ThrottlingInvoker, WorkerKiller
 from router.invokers.base import InvokeHandle, Invoker, Throttled

@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from core.drill import report as rep
-from core.drill.report import write_report
+from core.drill import report_numbers as numbers
+from core.drill import report_tables as tables
+from core.drill.report import write_json, write_report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 PLOTS = ("latency", "vm_cpu", "workers", "offload_share", "drill")
@@ -184,7 +185,7 @@ def test_a_single_run_gives_a_complete_report(tmp_path: Path) -> None:
 
 def test_without_sponge_the_first_run_is_the_reference(tmp_path: Path) -> None:
     report = _report(_run("noscaling", 4000.0), _run("vmbase", 1930.0))
-    md = rep.write_markdown(report, tmp_path, plots=[]).read_text()
+    md = tables.write_markdown(report, tmp_path, plots=[]).read_text()
 
     assert "peak p99 vs noscaling" in md
     assert f"noscaling's peak p99 was 4,000 ms: {4000 / 1930:.2f}x vmbase's;" in md
@@ -199,7 +200,7 @@ def test_missed_targets_are_called_missed() -> None:
         _run("sponge", 1500.0, offloads=True, reaction_s=3.4),
         _run("noscaling", 3000.0),
     )
-    text = rep.verdict(report)
+    text = numbers.verdict(report)
     assert "0.50x noscaling's (target ≤ 0.3x: missed)" in text
     assert "it first offloaded 3.4 s after the onset (target ≤ 2 s: missed)" in text
 
@@ -216,24 +217,24 @@ def test_no_runs_and_no_burst_still_write_every_file(tmp_path: Path) -> None:
 
 def test_without_a_burst_reaction_and_recovery_read_as_not_applicable() -> None:
     report = _report(_run("sponge", 300.0), burst=[])
-    row = rep._table_rows(report)[0]
+    row = tables._table_rows(report)[0]
     assert [text for text, _ in row[3:5]] == ["—", "—"]
-    assert "offloaded" not in rep.verdict(report)
+    assert "offloaded" not in numbers.verdict(report)
 
 
 def test_missing_summary_figures_are_computed_from_the_series() -> None:
     run = _run("sponge", 850.0)
     del run["peak_p99_ms"], run["mean_p99_ms_during_burst"]
     p99 = run["p99_ms_by_second"]
-    assert rep.peak_p99(run) == max(p99)
+    assert numbers.peak_p99(run) == max(p99)
     bursts = [(20.0, 50.0)]
-    assert rep.mean_p99_during_burst(run, bursts) == pytest.approx(sum(p99[20:50]) / 30)
+    assert numbers.mean_p99_during_burst(run, bursts) == pytest.approx(sum(p99[20:50]) / 30)
 
 
 def test_peak_ratios_hold_every_pair_and_duplicate_policies_get_distinct_labels() -> None:
     report = _report(_run("sponge", 800.0), _run("sponge", 400.0), _run("over", 0.0))
-    assert rep.policy_labels(report) == ["sponge", "sponge #2", "over"]
-    ratios = rep.peak_ratios(report)
+    assert numbers.policy_labels(report) == ["sponge", "sponge #2", "over"]
+    ratios = numbers.peak_ratios(report)
     assert ratios["sponge"]["sponge #2"] == pytest.approx(2.0)
     assert ratios["sponge #2"]["sponge"] == pytest.approx(0.5)
     assert ratios["sponge"]["over"] is None  # a zero peak gives no ratio, not a division error
@@ -244,7 +245,7 @@ def test_report_json_keeps_the_contract_keys_first_and_series_on_one_line(tmp_pa
     report = _four_policies()
     report["runs"][0] = dict(reversed(list(report["runs"][0].items())))
     report = dict(reversed(list(report.items())))
-    text = rep.write_json(report, tmp_path).read_text()
+    text = write_json(report, tmp_path).read_text()
 
     assert list(json.loads(text)) == [
         "query", "pattern", "duration_s", "target", "stable_rate", "burst", "generated_at", "command",
@@ -252,7 +253,7 @@ def test_report_json_keeps_the_contract_keys_first_and_series_on_one_line(tmp_pa
     ]  # fmt: skip
     assert list(json.loads(text)["runs"][0])[:3] == ["policy", "peak_p99_ms", "mean_p99_ms_during_burst"]
     assert text.count("\n") < 150, "per-second series must not take a line per value"
-    assert text == rep.write_json(report, tmp_path).read_text()
+    assert text == write_json(report, tmp_path).read_text()
 
 
 @pytest.mark.parametrize(
@@ -260,7 +261,7 @@ def test_report_json_keeps_the_contract_keys_first_and_series_on_one_line(tmp_pa
     [(None, "n/a"), (4.25, "4.2"), (850.0, "850"), (12345.6, "12,346")],
 )
 def test_fmt_ms(value: float | None, text: str) -> None:
-    assert rep.fmt_ms(value) == text
+    assert numbers.fmt_ms(value) == text
 
 
 @pytest.mark.parametrize(
@@ -268,7 +269,7 @@ def test_fmt_ms(value: float | None, text: str) -> None:
     [(None, "n/a"), (0.2125, "0.21x"), (4.705, "4.71x"), (12.34, "12.3x"), (150.2, "150x")],
 )
 def test_fmt_ratio(value: float | None, text: str) -> None:
-    assert rep.fmt_ratio(value) == text
+    assert numbers.fmt_ratio(value) == text
 
 
 @pytest.mark.parametrize(
@@ -276,7 +277,7 @@ def test_fmt_ratio(value: float | None, text: str) -> None:
     [(None, "n/a"), (0.0, "$0"), (0.0012, "$0.0012"), (0.000012345, "$0.000012"), (3.456, "$3.46")],
 )
 def test_fmt_usd(value: float | None, text: str) -> None:
-    assert rep.fmt_usd(value) == text
+    assert numbers.fmt_usd(value) == text
 
 
 def test_importing_the_report_module_does_not_import_matplotlib() -> None:

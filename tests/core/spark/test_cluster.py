@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from core.errors import ConfigError
-from core.spark.cluster import ClusterConfig, StandaloneCluster, WorkerSpec, alive, descendants
+from core.spark.cluster import StandaloneCluster, alive, descendants
+from core.spark.cluster_config import ClusterConfig, WorkerSpec
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 CPUS = sorted(os.sched_getaffinity(0))
@@ -154,7 +155,8 @@ DRIVE = "import sys; from tests.core.spark.test_cluster import drive; drive(sys.
 ORPHAN_SCRIPT = """
 import json, sys, time
 from pathlib import Path
-from core.spark.cluster import ClusterConfig, StandaloneCluster, WorkerSpec
+from core.spark.cluster import StandaloneCluster
+from core.spark.cluster_config import ClusterConfig, WorkerSpec
 c = StandaloneCluster(ClusterConfig(run_dir=Path(sys.argv[1]), workers=(WorkerSpec(),))).start()
 print(json.dumps(c.pids()), flush=True)
 time.sleep(600)

@@ -29,17 +29,19 @@ from core.spark.file_source import (
     FilePartition,
     FileSourceOptions,
     FileStreamReader,
-    RecordError,
     bounded_end_offset,
-    dead_letter_file,
-    dead_letter_summary,
     list_files,
-    parse_record,
-    read_file,
     read_partition,
-    reason_kind,
     register,
     require_entity_dirs,
+)
+from core.spark.jsonl_validation import (
+    RecordError,
+    dead_letter_file,
+    dead_letter_summary,
+    parse_record,
+    read_file,
+    reason_kind,
 )
 from core.spark.source import end_of_stream_batch
 

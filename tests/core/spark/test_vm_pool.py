@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from core.spark.cluster import WorkerSpec
+from core.spark.cluster_config import WorkerSpec
 from core.spark.vm_pool import Vm, cpu_cores, thread_cpus
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]

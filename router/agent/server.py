@@ -1,46 +1,27 @@
-"""The VM agent: one long-lived process per VM host between Spark's tasks and the Lambda fleet.
+"""The agent in-process: its life cycle, the path of a chunk, and its gRPC face.
 
-Why a separate process: Spark tasks come and go (and are retried), while workers' connections,
-the fleet, the in-flight chunks and the result cache must outlive any one task. The agent
-
-* serves `Offload` to Spark tasks: a chunk of records plus the program to run, answered with the
-  partial state; idempotent per (epoch, partition, chunk_seq, program_id) through the result cache;
-* serves `Work` to workers, which dial out to it (paper challenge C2); a worker must present the
-  token derived from the session secret for its own worker id (constant-time check), else it is
-  refused and counted;
-* owns the fleet through an `Invoker` (router/invokers/base.py) and the chunk life cycle through the
-  `Dispatcher` (router/dispatcher.py): upstream backup, re-dispatch, local fallback.
-
-    python -m router.agent --port 0 --secret-file /path/secret --invoker embedded --max-workers 4 \
-        [--inject kill-worker:every=2s] [--inject throttle:share=0.2] \
-        [--inject slow-worker:share=0.1,delay=30s]
-
-prints one JSON line {"event": "listening", "port": ..., "address": ..., "session_id": ...} and
-serves until SIGTERM or SIGINT, then prints {"event": "stopped", ...counters}. `--inject` makes the
-agent cause the named faults itself (router/faults.py), for drills of the recovery paths.
-`AgentServer` is the same thing in-process (tests, the drills).
+`AgentServer.start()` binds, starts the fleet and the tick loop (faults, dispatcher watchdog, fleet
+scaling) and returns the port; `offload()` turns an `Offload` call into a chunk, joining an identical
+one already known (result cache) or handing it to the dispatcher. `_Servicer` is the gRPC service
+(sponge.agent.Agent): `Offload` and `Stats` for Spark tasks, `Work` for the workers that dial in.
+Why the service lives with the server: it reads the server's config, counters, fleet and dispatcher
+at every call; kept apart, the two would import each other.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
-import queue
-import secrets
-import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent import futures
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from core.direct_sink import write_chunk
 from core.errors import ConfigError, SpongeError
-from core.fault_spec import FaultSpec, parse_all
-from core.wire.arrow_ipc import checksum, decode, encode
+from core.wire.arrow_ipc import checksum, decode
 from core.wire.protocol import (
     PROTOCOL_VERSION,
     SECRET_METADATA,
@@ -50,129 +31,15 @@ from core.wire.protocol import (
     secret_matches,
     token_matches,
 )
-from lambda_worker.program import ProgramCache, ProgramSpec
 from router import stats
-from router.dispatcher import ChunkFailed, ChunkOutcome, ChunkTask, DispatchConfig, Dispatcher, WorkerLink
-from router.faults import AgentFaults, check_agent_faults, check_can_kill
-from router.fleet import FleetConfig, FleetManager
-from router.invokers import make_invoker
+from router.agent.config import AgentConfig
+from router.agent.programs import ProgramRegistry
+from router.agent.worker_link import CLOSE, StreamLink
+from router.dispatcher import ChunkFailed, ChunkOutcome, ChunkTask, Dispatcher
+from router.faults import AgentFaults
+from router.fleet import FleetManager
 from router.invokers.base import Invoker
-from router.invokers.lambda_api import INVOCATION_TYPES
 from router.result_cache import ChunkKey, ResultCache
-
-MIN_SECRET_BYTES = 16
-
-
-@dataclass(frozen=True)
-class AgentConfig:
-    """Everything the agent needs, validated once.
-
-    `advertise_address` is what workers dial (the VM's address in the Lambda's VPC); it defaults to
-    host:port. `hello_timeout_s`: a connection that does not introduce itself by then is closed.
-    `faults`: what the agent injects (kill-worker, throttle, slow-worker only); `fault_seed` seeds the
-    share-based ones, so a drill repeats its sequence of decisions.
-    """
-
-    secret: bytes
-    host: str = "127.0.0.1"
-    port: int = 0
-    advertise_address: str | None = None
-    session_id: str = field(default_factory=lambda: "s" + secrets.token_hex(8))
-    dispatch: DispatchConfig = field(default_factory=DispatchConfig)
-    fleet: FleetConfig = field(default_factory=FleetConfig)
-    result_cache_bytes: int = 256 * 1024 * 1024
-    hello_timeout_s: float = 5.0
-    tick_s: float = 0.05
-    grpc_threads: int = 64
-    compression: str = "zstd"
-    faults: tuple[FaultSpec, ...] = ()
-    fault_seed: int = 1
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "faults", check_agent_faults(self.faults))
-        if not isinstance(self.secret, bytes) or len(self.secret) < MIN_SECRET_BYTES:
-            raise ConfigError(
-                f"the session secret must be at least {MIN_SECRET_BYTES} bytes",
-                hint="write e.g. the output of `python -c 'import secrets; print(secrets.token_hex(32))'`",
-            )
-        if not 0 <= self.port <= 65535:
-            raise ConfigError(f"port must be in [0, 65535], got {self.port}")
-        if self.grpc_threads < 4:
-            raise ConfigError(f"grpc_threads must be >= 4, got {self.grpc_threads}")
-        if self.compression not in ("zstd", "lz4", "none"):
-            raise ConfigError(f"unknown compression {self.compression!r}", hint="use zstd, lz4 or none")
-
-    @staticmethod
-    def read_secret(path: str | Path) -> bytes:
-        try:
-            text = Path(path).read_text().strip()
-        except OSError as e:
-            raise ConfigError(f"cannot read the secret file {path}: {e.strerror}") from None
-        return text.encode()
-
-
-class ProgramRegistry:
-    """Program specs the agent has been told about, and their compiled form for local runs."""
-
-    def __init__(self) -> None:
-        self._specs: dict[str, str] = {}
-        self._lock = threading.Lock()
-        self.compiled = ProgramCache()
-
-    def register(self, program_id: str, spec_json: str) -> str:
-        """The spec JSON of `program_id`, registering `spec_json` if given (checked against the id)."""
-        with self._lock:
-            if spec_json:
-                spec = ProgramSpec.loads(spec_json)
-                if spec.program_id != program_id:
-                    raise ConfigError(
-                        f"program spec hashes to {spec.program_id}, not {program_id}",
-                        hint="send ProgramSpec.program_id together with ProgramSpec.dumps()",
-                    )
-                self._specs[program_id] = spec.dumps()
-            if program_id not in self._specs:
-                raise ConfigError(
-                    f"unknown program {program_id!r}", hint="send the program spec with the first chunk"
-                )
-            return self._specs[program_id]
-
-    def run(self, program_id: str, payload: bytes, compression: str) -> tuple[bytes, int, int]:
-        with self._lock:
-            spec_json = self._specs[program_id]
-            program = self.compiled.get_json(program_id, spec_json)
-        table = decode(payload)
-        out = program.run_table(table)
-        return encode(out, compression), table.num_rows, out.num_rows
-
-
-_CLOSE = object()
-
-
-class _StreamLink(WorkerLink):
-    """A worker's gRPC stream: chunks and drains go into the queue its response generator drains."""
-
-    def __init__(self, worker_id: str, agent_pb2: Any, delay_for: Callable[[ChunkTask], float]) -> None:
-        super().__init__(worker_id)
-        self.outbox: queue.Queue[Any] = queue.Queue()
-        self._pb = agent_pb2
-        self._delay_for = delay_for
-
-    def send_chunk(self, task: ChunkTask) -> None:
-        chunk = self._pb.Chunk(
-            chunk_id=task.chunk_id,
-            epoch=task.epoch,
-            program_id=task.program_id,
-            payload=task.payload,
-            program=task.program_json,
-            delay_s=self._delay_for(task),
-        )
-        self.outbox.put(self._pb.AgentMessage(chunk=chunk))
-
-    def send_drain(self, reason: str) -> None:
-        self.outbox.put(self._pb.AgentMessage(drain=self._pb.Drain(reason=reason)))
-
-    def close(self) -> None:
-        self.outbox.put(_CLOSE)
 
 
 class AgentServer:
@@ -422,7 +289,7 @@ class _Servicer:
         agent.counters.add(stats.WORKERS_CONNECTED)
         if hello.cold_start:
             agent.counters.add(stats.COLD_STARTS)
-        link = _StreamLink(hello.worker_id, self.pb2, agent.faults.chunk_delay)
+        link = StreamLink(hello.worker_id, self.pb2, agent.faults.chunk_delay)
         context.add_callback(link.close)
         threading.Thread(
             target=self._read_worker,
@@ -433,11 +300,11 @@ class _Servicer:
         agent.dispatcher.attach(link)
         while True:
             item = link.outbox.get()
-            if item is _CLOSE:
+            if item is CLOSE:
                 return
             yield item
 
-    def _read_worker(self, link: _StreamLink, request_iterator: Iterator[Any]) -> None:
+    def _read_worker(self, link: StreamLink, request_iterator: Iterator[Any]) -> None:
         d = self.agent.dispatcher
         try:
             for msg in request_iterator:
@@ -459,132 +326,3 @@ class _Servicer:
             if self.agent.fleet is not None:
                 self.agent.fleet.gone(link.worker_id)
             link.close()
-
-
-# ---- command line --------------------------------------------------------------------------------
-
-
-def _parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m router.agent", description="Sponge VM agent")
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=0, help="port to bind; 0 picks a free one (printed)")
-    p.add_argument("--advertise", default=None, help="host:port workers dial (default host:port)")
-    p.add_argument("--secret-file", required=True, help="file holding the session secret (>= 16 bytes)")
-    p.add_argument("--invoker", default="embedded", choices=("embedded", "boto3", "none"))
-    p.add_argument("--max-workers", type=int, default=4)
-    p.add_argument(
-        "--concurrency-limit",
-        type=int,
-        default=4,
-        help="concurrent executions (embedded fleet) or invokes in flight (boto3)",
-    )
-    p.add_argument("--function-name", default="sponge-worker")
-    p.add_argument("--function-timeout-s", type=float, default=60.0)
-    p.add_argument("--region", default=None, help="boto3: AWS region")
-    p.add_argument("--qualifier", default=None, help="boto3: alias or version to invoke (e.g. live)")
-    p.add_argument("--endpoint-url", default=None, help="boto3: Lambda endpoint (LocalStack's); default AWS")
-    p.add_argument(
-        "--invocation-type",
-        default="Event",
-        choices=INVOCATION_TYPES,
-        help="boto3: Event (202 at once; a throttle is queued by Lambda) or RequestResponse (held for the "
-        "worker's whole session; a throttle is an immediate 429)",
-    )
-    p.add_argument("--chunk-timeout-s", type=float, default=30.0)
-    p.add_argument("--local-fallback-s", type=float, default=2.0)
-    p.add_argument("--idle-timeout-s", type=float, default=10.0)
-    p.add_argument(
-        "--prewarm", type=int, default=0, help="warm pool: start and warm this many environments at start-up"
-    )
-    p.add_argument("--worker-log", default=None, help="embedded fleet: file for the workers' logs")
-    p.add_argument(
-        "--inject",
-        action="append",
-        default=[],
-        metavar="SPEC",
-        help="a fault for the agent to cause, repeatable: kill-worker:every=2s, throttle:share=0.2, "
-        "slow-worker:share=0.1,delay=30s (kill-worker needs --invoker embedded)",
-    )
-    return p.parse_args(argv)
-
-
-def _invoker_from_args(args: argparse.Namespace) -> Invoker | None:
-    if args.invoker == "none":
-        return None
-    if args.invoker == "embedded":
-        return make_invoker(
-            "embedded",
-            function_name=args.function_name,
-            concurrency_limit=args.concurrency_limit,
-            timeout_s=args.function_timeout_s,
-            log_path=args.worker_log,
-        )
-    return make_invoker(
-        "boto3",
-        function_name=args.function_name,
-        qualifier=args.qualifier,
-        region=args.region,
-        endpoint_url=args.endpoint_url,
-        invocation_type=args.invocation_type,
-        function_timeout_s=args.function_timeout_s,
-        concurrency_limit=args.concurrency_limit,
-    )
-
-
-def _prewarm(agent: AgentServer, invoker: Any, n: int) -> None:
-    """The warm pool of section 4.4: environments started and warmed before any burst needs them."""
-    warmed = invoker.prewarm(n)
-    agent.counters.add(stats.WORKERS_PREWARMED, warmed)
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = _parse(argv)
-    try:
-        config = AgentConfig(
-            secret=AgentConfig.read_secret(args.secret_file),
-            host=args.host,
-            port=args.port,
-            advertise_address=args.advertise,
-            dispatch=DispatchConfig(
-                chunk_timeout_s=args.chunk_timeout_s, local_fallback_s=args.local_fallback_s
-            ),
-            fleet=FleetConfig(
-                max_workers=args.max_workers,
-                idle_timeout_s=args.idle_timeout_s,
-                safety_margin_s=min(2.0, args.function_timeout_s / 4),
-            ),
-            faults=parse_all(args.inject),
-        )
-        check_can_kill(config.faults, can_kill=args.invoker == "embedded")
-    except SpongeError as e:  # before any backend is built: a typo must not start processes or clients
-        print(f"error: {e.one_line()}", file=sys.stderr)
-        return 2
-    invoker: Invoker | None = None
-    try:
-        invoker = _invoker_from_args(args)
-        agent = AgentServer(config, invoker)
-        port = agent.start()
-    except SpongeError as e:
-        if invoker is not None:
-            invoker.close()
-        print(f"error: {e.one_line()}", file=sys.stderr)
-        return 2
-    if args.prewarm > 0 and invoker is not None and hasattr(invoker, "prewarm"):
-        threading.Thread(target=_prewarm, args=(agent, invoker, args.prewarm), daemon=True).start()
-    done = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: done.set())
-    print(
-        json.dumps(
-            {"event": "listening", "port": port, "address": agent.address, "session_id": config.session_id}
-        ),
-        flush=True,
-    )
-    done.wait()
-    agent.stop()
-    print(json.dumps({"event": "stopped", **agent.stats()}), flush=True)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

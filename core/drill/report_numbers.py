@@ -1,0 +1,254 @@
+"""The figures a burst drill is judged by, read from its report dict: peaks, ratios, targets, the verdict.
+
+The input is the plain report dict (exactly what report.json holds), so the same code serves a drill
+measured on this machine and the paper-scale simulator. Drills are messy: a policy may never react, a
+second may see no committed event, a run may lack a series altogether. Everything here therefore
+tolerates missing keys, ``None`` and NaN, and says "never" or "n/a" rather than failing or printing
+"nan". Pure functions of the dict, with no rich or matplotlib, so the table, report.md and the plots
+(core/drill/report_tables.py, core/drill/report_plots.py) all state the same numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+# What the figures are, printed beside them; the simulator passes "simulated" instead.
+DEFAULT_LABEL = "measured on this machine"
+REFERENCE_POLICY = "sponge"
+
+# The drill's acceptance: sponge's peak p99 at most this multiple of the other policy's. The verdict
+# states whether each was met, so a reader need not redo the division.
+PEAK_P99_TARGETS: Mapping[str, float] = {"noscaling": 0.3, "vmbase": 0.5, "over": 1.5}
+REACTION_TARGET_S = 2.0
+VM_SCALING = ("vmbase", "vminit")  # their reaction_s: the burst onset to the added VM's executor usable
+
+
+# ---------------------------------------------------------------------------------------------------
+# Reading the report defensively
+
+
+def finite(value: Any) -> float | None:
+    """A finite float, or None for anything a drill may leave in its place (None, NaN, inf, text)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def series(run: Mapping[str, Any], key: str) -> list[float | None] | None:
+    """A per-second series with every missing value as None, or None when the run lacks it."""
+    values = run.get(key)
+    if not isinstance(values, Sequence) or isinstance(values, str):
+        return None
+    return [finite(v) for v in values]
+
+
+def runs_of(report: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The report's runs; an entry that is not an object is skipped rather than failing the report."""
+    runs = report.get("runs") or []
+    return [r for r in runs if isinstance(r, Mapping)]
+
+
+def burst_windows(report: Mapping[str, Any]) -> list[tuple[float, float]]:
+    """Burst windows as (start_s, end_s); malformed windows are skipped rather than failing the report."""
+    out = []
+    for w in report.get("burst") or []:
+        if isinstance(w, Mapping):
+            start, end = finite(w.get("start_s")), finite(w.get("end_s"))
+            if start is not None and end is not None and end >= start:
+                out.append((start, end))
+    return out
+
+
+def policy_labels(report: Mapping[str, Any]) -> list[str]:
+    """One unique label per run: its policy, with "#2", "#3" appended when a policy ran more than once."""
+    labels: list[str] = []
+    for i, run in enumerate(runs_of(report)):
+        base = str(run.get("policy") or f"run {i + 1}")
+        label, n = base, 1
+        while label in labels:
+            n += 1
+            label = f"{base} #{n}"
+        labels.append(label)
+    return labels
+
+
+def peak_p99(run: Mapping[str, Any]) -> float | None:
+    """The run's peak p99; falls back to the maximum of its per-second p99 when the field is missing."""
+    peak = finite(run.get("peak_p99_ms"))
+    if peak is None:
+        values = [v for v in series(run, "p99_ms_by_second") or [] if v is not None]
+        peak = max(values) if values else None
+    return peak
+
+
+def mean_p99_during_burst(run: Mapping[str, Any], bursts: Sequence[tuple[float, float]]) -> float | None:
+    """The run's mean p99 during bursts; computed from the per-second p99 when the field is missing.
+
+    Second i covers [i, i + 1) and counts as in a burst when it overlaps a window.
+    """
+    mean = finite(run.get("mean_p99_ms_during_burst"))
+    if mean is not None or not bursts:
+        return mean
+    values = [
+        v
+        for i, v in enumerate(series(run, "p99_ms_by_second") or [])
+        if v is not None and any(i < end and i + 1 > start for start, end in bursts)
+    ]
+    return sum(values) / len(values) if values else None
+
+
+def reference_index(report: Mapping[str, Any]) -> int | None:
+    """Which run the others are compared against: sponge when it ran, else the first run."""
+    runs = runs_of(report)
+    for i, run in enumerate(runs):
+        if run.get("policy") == REFERENCE_POLICY:
+            return i
+    return 0 if runs else None
+
+
+def ratio_of(a: float | None, b: float | None) -> float | None:
+    """a / b, or None when either is unknown or b is not positive (a zero peak gives no ratio)."""
+    return a / b if a is not None and b is not None and b > 0 else None
+
+
+def peak_ratios(report: Mapping[str, Any]) -> dict[str, dict[str, float | None]]:
+    """Peak p99 of every run divided by every other run's: ``ratios[a][b] = peak(a) / peak(b)``.
+
+    Keys are the labels of ``policy_labels``; a ratio is None when either peak is unknown or zero.
+    """
+    labels = policy_labels(report)
+    peaks = [peak_p99(r) for r in runs_of(report)]
+    return {
+        a: {b: ratio_of(pa, pb) for b, pb in zip(labels, peaks, strict=True) if b != a}
+        for a, pa in zip(labels, peaks, strict=True)
+    }
+
+
+# ---------------------------------------------------------------------------------------------------
+# Formatting numbers for humans
+
+
+def fmt_ms(value: float | None) -> str:
+    """Milliseconds: one decimal below 10 ms, whole numbers with thousands separators above."""
+    if value is None:
+        return "n/a"
+    return f"{value:.1f}" if abs(value) < 10 else f"{value:,.0f}"
+
+
+def fmt_ratio(value: float | None) -> str:
+    """A ratio with two significant decimals where it matters (0.21x, 4.76x, 12.3x, 150x)."""
+    if value is None:
+        return "n/a"
+    if value >= 100:
+        return f"{value:.0f}x"
+    return f"{value:.1f}x" if value >= 10 else f"{value:.2f}x"
+
+
+def fmt_seconds(value: float | None, *, burst: bool = True) -> str:
+    """Seconds with one decimal; "never" when the event did not happen although there was a burst."""
+    if value is None:
+        return "never" if burst else "—"
+    return f"{value:.1f}"
+
+
+def fmt_usd(value: float | None) -> str:
+    """Dollars with two significant digits for sub-cent costs (a drill's Lambda bill is tiny)."""
+    if value is None:
+        return "n/a"
+    if value == 0:
+        return "$0"
+    if abs(value) >= 0.01:
+        return f"${value:,.2f}"
+    decimals = -math.floor(math.log10(abs(value))) + 1
+    return f"${value:.{decimals}f}"
+
+
+def _join(items: Sequence[str]) -> str:
+    if len(items) <= 1:
+        return "".join(items)
+    return ", ".join(items[:-1]) + " and " + items[-1]
+
+
+# ---------------------------------------------------------------------------------------------------
+# The verdict
+
+
+def verdict(report: Mapping[str, Any]) -> str:
+    """One paragraph that states, from the numbers alone, how the reference policy fared against the rest.
+
+    Example: "sponge's peak p99 was 850 ms: 0.21x noscaling's (target ≤ 0.3x: met) and 0.44x vmbase's
+    (target ≤ 0.5x: met); it first offloaded 1.2 s after the onset; ...; all outputs matched the batch
+    reference."
+    """
+    runs, labels, bursts = runs_of(report), policy_labels(report), burst_windows(report)
+    ref = reference_index(report)
+    if ref is None:
+        return "No runs were recorded."
+    run, name = runs[ref], labels[ref]
+    peak = peak_p99(run)
+    is_sponge = run.get("policy") == REFERENCE_POLICY
+
+    comparisons = []
+    for i, other in enumerate(runs):
+        if i == ref:
+            continue
+        text = f"{fmt_ratio(ratio_of(peak, peak_p99(other)))} {labels[i]}'s"
+        target = PEAK_P99_TARGETS.get(str(other.get("policy"))) if is_sponge else None
+        ratio = ratio_of(peak, peak_p99(other))
+        if target is not None and ratio is not None:
+            text += f" (target ≤ {target:g}x: {'met' if ratio <= target else 'missed'})"
+        comparisons.append(text)
+    head = f"{name}'s peak p99 was {fmt_ms(peak)} ms"
+    if comparisons:
+        head += ": " + _join(comparisons)
+    mean = mean_p99_during_burst(run, bursts)
+    if mean is not None:
+        head += f"; its mean p99 during the burst{'s' if len(bursts) > 1 else ''} was {fmt_ms(mean)} ms"
+    clauses = [head]
+
+    if bursts:
+        reaction = finite(run.get("reaction_s"))
+        if run.get("policy") in VM_SCALING:  # their reaction is a VM's executor becoming usable
+            clauses.append(
+                "no VM it added became usable after the onset"
+                if reaction is None
+                else f"the VM it added was usable {reaction:.1f} s after the onset"
+            )
+        elif reaction is None:
+            clauses.append("it never offloaded a record")
+        else:
+            text = f"it first offloaded {reaction:.1f} s after the onset"
+            if is_sponge:
+                met = "met" if reaction <= REACTION_TARGET_S else "missed"
+                text += f" (target ≤ {REACTION_TARGET_S:g} s: {met})"
+            clauses.append(text)
+        recovery = finite(run.get("recovery_s"))
+        clauses.append(
+            "its p99 did not fall back under 1.5x the pre-burst level before the trace ended"
+            if recovery is None
+            else f"its p99 was back under 1.5x the pre-burst level {recovery:.1f} s after the burst ended"
+        )
+    worker_s, cost = finite(run.get("lambda_worker_seconds")), finite(run.get("cost_usd"))
+    if worker_s:
+        clauses.append(f"it used {worker_s:,.1f} Lambda worker-seconds ({fmt_usd(cost)})")
+
+    matches = [r.get("results_match_reference") for r in runs]
+    failed = [labels[i] for i, m in enumerate(matches) if m is False]
+    unchecked = [labels[i] for i, m in enumerate(matches) if m is not True and m is not False]
+    if failed:
+        clauses.append(f"the outputs of {_join(failed)} did NOT match the batch reference")
+    elif not unchecked:
+        clauses.append(
+            "all outputs matched the batch reference"
+            if len(runs) > 1
+            else "its output matched the batch reference"
+        )
+    if unchecked:
+        clauses.append(
+            f"{_join(unchecked)} {'was' if len(unchecked) == 1 else 'were'} not checked "
+            "against the batch reference"
+        )
+    return "; ".join(clauses) + "."

@@ -1,0 +1,150 @@
+"""`python -m router.agent`: the agent as a process, configured from its command line.
+
+Why this contract matters: router/agent_process.py starts the agent with these flags and waits for
+the one JSON line {"event": "listening", ...} on stdout before any task may call it; on SIGTERM or
+SIGINT the agent stops and prints {"event": "stopped", ...counters}. A bad flag or secret is reported
+in one line with exit status 2 before any backend (process or AWS client) is built.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+from typing import Any
+
+from core.errors import SpongeError
+from core.fault_spec import parse_all
+from router import stats
+from router.agent.config import AgentConfig
+from router.agent.server import AgentServer
+from router.dispatcher import DispatchConfig
+from router.faults import check_can_kill
+from router.fleet import FleetConfig
+from router.invokers import make_invoker
+from router.invokers.base import Invoker
+from router.invokers.lambda_api import INVOCATION_TYPES
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m router.agent", description="Sponge VM agent")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=0, help="port to bind; 0 picks a free one (printed)")
+    p.add_argument("--advertise", default=None, help="host:port workers dial (default host:port)")
+    p.add_argument("--secret-file", required=True, help="file holding the session secret (>= 16 bytes)")
+    p.add_argument("--invoker", default="embedded", choices=("embedded", "boto3", "none"))
+    p.add_argument("--max-workers", type=int, default=4)
+    p.add_argument(
+        "--concurrency-limit",
+        type=int,
+        default=4,
+        help="concurrent executions (embedded fleet) or invokes in flight (boto3)",
+    )
+    p.add_argument("--function-name", default="sponge-worker")
+    p.add_argument("--function-timeout-s", type=float, default=60.0)
+    p.add_argument("--region", default=None, help="boto3: AWS region")
+    p.add_argument("--qualifier", default=None, help="boto3: alias or version to invoke (e.g. live)")
+    p.add_argument("--endpoint-url", default=None, help="boto3: Lambda endpoint (LocalStack's); default AWS")
+    p.add_argument(
+        "--invocation-type",
+        default="Event",
+        choices=INVOCATION_TYPES,
+        help="boto3: Event (202 at once; a throttle is queued by Lambda) or RequestResponse (held for the "
+        "worker's whole session; a throttle is an immediate 429)",
+    )
+    p.add_argument("--chunk-timeout-s", type=float, default=30.0)
+    p.add_argument("--local-fallback-s", type=float, default=2.0)
+    p.add_argument("--idle-timeout-s", type=float, default=10.0)
+    p.add_argument(
+        "--prewarm", type=int, default=0, help="warm pool: start and warm this many environments at start-up"
+    )
+    p.add_argument("--worker-log", default=None, help="embedded fleet: file for the workers' logs")
+    p.add_argument(
+        "--inject",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="a fault for the agent to cause, repeatable: kill-worker:every=2s, throttle:share=0.2, "
+        "slow-worker:share=0.1,delay=30s (kill-worker needs --invoker embedded)",
+    )
+    return p.parse_args(argv)
+
+
+def _invoker_from_args(args: argparse.Namespace) -> Invoker | None:
+    if args.invoker == "none":
+        return None
+    if args.invoker == "embedded":
+        return make_invoker(
+            "embedded",
+            function_name=args.function_name,
+            concurrency_limit=args.concurrency_limit,
+            timeout_s=args.function_timeout_s,
+            log_path=args.worker_log,
+        )
+    return make_invoker(
+        "boto3",
+        function_name=args.function_name,
+        qualifier=args.qualifier,
+        region=args.region,
+        endpoint_url=args.endpoint_url,
+        invocation_type=args.invocation_type,
+        function_timeout_s=args.function_timeout_s,
+        concurrency_limit=args.concurrency_limit,
+    )
+
+
+def _prewarm(agent: AgentServer, invoker: Any, n: int) -> None:
+    """The warm pool of section 4.4: environments started and warmed before any burst needs them."""
+    warmed = invoker.prewarm(n)
+    agent.counters.add(stats.WORKERS_PREWARMED, warmed)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    try:
+        config = AgentConfig(
+            secret=AgentConfig.read_secret(args.secret_file),
+            host=args.host,
+            port=args.port,
+            advertise_address=args.advertise,
+            dispatch=DispatchConfig(
+                chunk_timeout_s=args.chunk_timeout_s, local_fallback_s=args.local_fallback_s
+            ),
+            fleet=FleetConfig(
+                max_workers=args.max_workers,
+                idle_timeout_s=args.idle_timeout_s,
+                safety_margin_s=min(2.0, args.function_timeout_s / 4),
+            ),
+            faults=parse_all(args.inject),
+        )
+        check_can_kill(config.faults, can_kill=args.invoker == "embedded")
+    except SpongeError as e:  # before any backend is built: a typo must not start processes or clients
+        print(f"error: {e.one_line()}", file=sys.stderr)
+        return 2
+    invoker: Invoker | None = None
+    try:
+        invoker = _invoker_from_args(args)
+        agent = AgentServer(config, invoker)
+        port = agent.start()
+    except SpongeError as e:
+        if invoker is not None:
+            invoker.close()
+        print(f"error: {e.one_line()}", file=sys.stderr)
+        return 2
+    if args.prewarm > 0 and invoker is not None and hasattr(invoker, "prewarm"):
+        threading.Thread(target=_prewarm, args=(agent, invoker, args.prewarm), daemon=True).start()
+    done = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: done.set())
+    print(
+        json.dumps(
+            {"event": "listening", "port": port, "address": agent.address, "session_id": config.session_id}
+        ),
+        flush=True,
+    )
+    done.wait()
+    agent.stop()
+    print(json.dumps({"event": "stopped", **agent.stats()}), flush=True)
+    return 0
