@@ -122,7 +122,7 @@ KINDS: dict[str, Kind] = {
     k.name: k
     for k in (
         _scalar("count", ColumnType.INT64, Lift.ONE, Combine.SUM),
-        _scalar("sum", ColumnType.ARG, Lift.ARG, Combine.SUM),
+        _scalar("sum", ColumnType.ARG, Lift.ARG, Combine.SUM_OR_NULL),
         _scalar("min", ColumnType.ARG, Lift.ARG, Combine.MIN),
         _scalar("max", ColumnType.ARG, Lift.ARG, Combine.MAX),
         Kind(
@@ -142,12 +142,11 @@ assert all((k.keep is not None) == k.signature.keeps_records for k in KINDS.valu
 
 
 def kind(name: str) -> Kind:
-    try:
-        return KINDS[name]
-    except KeyError:
+    if name not in KINDS:
         raise PlanError(
             f"aggregate {name!r} has no partial form", hint=f"transient aggregates: {', '.join(KINDS)}"
-        ) from None
+        )
+    return KINDS[name]
 
 
 def kind_of(call: AggCall) -> Kind:
@@ -170,10 +169,6 @@ def record_order(call: AggCall) -> list[str]:
     if kind_of(call).keep == Keep.TIES_AT_MAX:
         return [VALUE_FIELD]
     return [f for f, _ in record_head(call)] + list(call.fields)
-
-
-def keeping(calls: tuple[AggCall, ...] | list[AggCall]) -> list[AggCall]:
-    return [c for c in calls if kind_of(c).keep is not None]
 
 
 # ---- which calls have a partial form -----------------------------------------------------------

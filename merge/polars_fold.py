@@ -60,15 +60,14 @@ def _from_records(column: PartialColumn, arg: pl.Expr | None) -> pl.Expr:
             return reduce(column.combine, _typed(arg, column.type))
 
 
-def scalar_exprs(call: AggCall, from_records: bool) -> list[pl.Expr]:
+def _scalars(call: AggCall, from_records: bool) -> list[pl.Expr]:
     """`call`'s scalar partial columns over a group's records, or over its partial rows."""
     arg = to_polars(call.arg) if from_records and call.arg is not None else None
-    return [
-        (_from_records(c, arg) if from_records else reduce(c.combine, pl.col(c.name(call.out)))).alias(
-            c.name(call.out)
-        )
-        for c in kind_of(call).columns
-    ]
+    exprs = []
+    for c in kind_of(call).columns:
+        folded = _from_records(c, arg) if from_records else reduce(c.combine, pl.col(c.name(call.out)))
+        exprs.append(folded.alias(c.name(call.out)))
+    return exprs
 
 
 def record(call: AggCall) -> pl.Expr:
@@ -104,7 +103,7 @@ def fold(df: pl.DataFrame, by: Sequence[str], calls: Sequence[AggCall], from_rec
     if not by:
         df = df.with_columns(pl.lit(0, dtype=pl.Int8).alias(_ONE_GROUP))
     kept = [c for c in calls if kind_of(c).keep is not None]
-    scalars = [e for c in calls if kind_of(c).keep is None for e in scalar_exprs(c, from_records)]
+    scalars = [e for c in calls if kind_of(c).keep is None for e in _scalars(c, from_records)]
     out = df.group_by(keys).agg(scalars) if scalars else df.select(keys).unique()
     for call in kept:
         recs = df.select([*keys, (record(call) if from_records else pl.col(call.out)).alias(call.out)])

@@ -9,22 +9,19 @@ The lanes (markers in pyproject.toml, strict):
             LocalStack, a Spark cluster), or takes more than a few seconds.
 
 Where the markers come from:
-  1. marks written in the test files (a long drill, a Spark cluster);
-  2. `pytest_collection_modifyitems` below: a test that uses the `spark` fixture gets `spark`; a test
-     whose code, fixtures, or helpers defined under tests/ name a process starter (PROCESS_STARTERS) or
-     run a product process by module (PROCESS_COMMANDS) gets `slow`;
-  3. the lane guard: a test left in the fast lane that starts such a process anyway (seen through the
-     `subprocess.Popen` audit event) fails with the command line, so the fast lane cannot drift.
+  1. marks written in the test files;
+  2. `pytest_collection_modifyitems` below: a test that uses the `spark` fixture gets `spark`;
+  3. the lane guard: a test left in the fast lane that starts Spark or one of the product's processes
+     anyway (seen through the `subprocess.Popen` audit event) fails with the command line, so a
+     missing mark is found the first time the test runs.
 """
 
 from __future__ import annotations
 
-import inspect
 import os
 import sys
 import threading
-from collections.abc import Iterable, Iterator
-from types import CodeType
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -32,14 +29,7 @@ import pytest
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-# Names that start processes when a test uses them: classes, functions, fixtures' helpers.
-PROCESS_STARTERS = {
-    "EmbeddedFleet": "embedded-fleet worker processes",
-    "AgentProcess": "the agent as its own process",
-    "WorkerRig": "an embedded worker process (bench)",
-    "running_localstack": "LocalStack",
-}
-# Product processes run as `python -m <module>`: in a test's code, and in the guard's view of argv.
+# Product processes, run as `python -m <module>`: the guard looks for them in what a test starts.
 PROCESS_COMMANDS = {
     "router.agent": "the agent as its own process",
     "lambda_worker.local_runtime": "an embedded-fleet worker",
@@ -61,74 +51,11 @@ def spark() -> Iterator[SparkSession]:
 # --- marking at collection -------------------------------------------------------------------------
 
 
-def _code_names(code: CodeType) -> Iterator[str]:
-    """Global and attribute names and string constants of `code` and the functions nested in it."""
-    stack = [code]
-    while stack:
-        c = stack.pop()
-        yield from c.co_names
-        for const in c.co_consts:
-            if isinstance(const, CodeType):
-                stack.append(const)
-            elif isinstance(const, str):
-                yield const
-
-
-def _references(roots: Iterable[Any]) -> set[str]:
-    """Names reachable from `roots` through their code and the helpers they call that live in tests/."""
-    names: set[str] = set()
-    seen: set[int] = set()
-    todo = list(roots)
-    while todo:
-        obj = todo.pop()
-        if inspect.isfunction(obj):
-            obj = inspect.unwrap(obj)
-        if id(obj) in seen:
-            continue
-        seen.add(id(obj))
-        if isinstance(obj, type):
-            todo.extend(v for v in vars(obj).values() if inspect.isfunction(v))
-            continue
-        code = getattr(obj, "__code__", None)
-        if code is None:
-            continue
-        found = set(_code_names(code))
-        names |= found
-        module_globals = getattr(obj, "__globals__", {})
-        for name in found:
-            helper = module_globals.get(name)
-            if (inspect.isfunction(helper) or isinstance(helper, type)) and (
-                getattr(helper, "__module__", "") or ""
-            ).startswith("tests"):
-                todo.append(helper)
-    return names
-
-
-def _fixture_functions(item: pytest.Item) -> list[Any]:
-    info = getattr(item, "_fixtureinfo", None)
-    if info is None:
-        return []
-    return [d.func for name in item.fixturenames for d in info.name2fixturedefs.get(name, ())]
-
-
-def process_reasons(item: pytest.Item) -> list[str]:
-    """Why `item` starts processes, from what its code, its fixtures and their tests/ helpers name."""
-    function = getattr(item, "function", None)
-    if function is None:
-        return []
-    names = _references([function, *_fixture_functions(item)])
-    return sorted(
-        {f"uses {n} ({why})" for n, why in PROCESS_STARTERS.items() if n in names}
-        | {f"runs python -m {m} ({why})" for m, why in PROCESS_COMMANDS.items() if m in names}
-    )
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test that uses the `spark` fixture is in the spark lane, whether or not its file says so."""
     for item in items:
         if "spark" in item.fixturenames and item.get_closest_marker("spark") is None:
             item.add_marker(pytest.mark.spark)
-        if item.get_closest_marker("slow") is None and process_reasons(item):
-            item.add_marker(pytest.mark.slow)
 
 
 # --- the lane guard ------------------------------------------------------------------------------------
@@ -176,6 +103,5 @@ def _lane_guard(request: pytest.FixtureRequest) -> Iterator[None]:
             pytest.fail(f"this test starts {what} ({' '.join(argv[:4])} ...) but is not marked spark")
         if needs == "slow" and not any(request.node.get_closest_marker(m) for m in ("slow", "spark")):
             pytest.fail(
-                f"this test starts {what} ({' '.join(argv[:4])} ...) but is in the fast lane: use a starter "
-                "tests/conftest.py knows (PROCESS_STARTERS, PROCESS_COMMANDS) or mark it slow"
+                f"this test starts {what} ({' '.join(argv[:4])} ...) but is in the fast lane: mark it slow"
             )

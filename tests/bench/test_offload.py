@@ -45,6 +45,7 @@ def test_rho_is_the_ratio_of_the_median_bid_rates() -> None:
     assert s["worker_bids_per_cpu_s"] == pytest.approx(2000.0)
 
 
+@pytest.mark.slow  # an embedded worker process
 def test_worker_rig_runs_every_chunk_on_its_one_worker_and_checks_it(tmp_path: Path) -> None:
     # Real processes, real gRPC: one embedded worker on the last allowed core.
     chunks = bid_chunks(seed=1, events=20_000, chunk_rows=4_096)

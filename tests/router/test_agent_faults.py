@@ -20,7 +20,7 @@ from router.invokers.embedded import EmbeddedFleet, EmbeddedFleetConfig, WorkerF
 from tests.router.conftest import Q5, bids
 from tests.router.test_agent_embedded import _direct_q5, _merged_q5, _offload_all
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]  # embedded-fleet workers are processes
 
 
 def _fleet(tmp_path, **kw: Any) -> EmbeddedFleet:  # type: ignore[no-untyped-def]

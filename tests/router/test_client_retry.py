@@ -102,6 +102,7 @@ def _stalled_chunk_in_flight(client: AgentClient, pool: ThreadPoolExecutor, data
 
 
 @needs_proc
+@pytest.mark.slow  # the agent as its own process
 def test_workers_do_not_outlive_a_killed_agent(agent_cli, secret) -> None:  # type: ignore[no-untyped-def]
     port = _free_port()
     agent = agent_cli(port, "--inject", "slow-worker:share=1,delay=60s", "--chunk-timeout-s", "60")
@@ -116,6 +117,7 @@ def test_workers_do_not_outlive_a_killed_agent(agent_cli, secret) -> None:  # ty
             pending.result(30)
 
 
+@pytest.mark.slow  # the agent as its own process
 def test_offload_survives_an_agent_restart_on_the_same_address(agent_cli, secret) -> None:  # type: ignore[no-untyped-def]
     port = _free_port()
     first = agent_cli(port, "--inject", "slow-worker:share=1,delay=60s", "--chunk-timeout-s", "60")

@@ -156,6 +156,7 @@ def test_only_the_embedded_fleet_can_kill_and_only_workers_it_is_serving() -> No
     aws.close()
 
 
+@pytest.mark.slow  # the agent as its own process
 def test_the_agent_process_exits_2_with_one_line_for_an_unknown_fault(tmp_path, secret: bytes) -> None:  # type: ignore[no-untyped-def]
     secret_file = tmp_path / "secret"
     secret_file.write_bytes(secret)
