@@ -20,14 +20,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from core.aggregate_signatures import signature
 from core.expr import Col
 from core.plan import WINDOW, Filter, FlatMap, KeyBy, LogicalPlan, Map, Sink, Source, WindowAggregate
 
 ROWS = "rows"
 PARTIAL = "partial"
 _STATELESS = (Map, Filter, KeyBy, FlatMap)
-_PARTIAL_AGGS = ("count", "sum", "min", "max", "avg", "max_with_ties", "latest_n")
-_PANE_AGGS = ("count", "sum", "min", "max", "avg")
 EVENT_TIME = "date_time"
 
 
@@ -55,8 +54,9 @@ def mergeable_aggregate(op: WindowAggregate) -> bool:
     """True when workers can pre-aggregate `op` and the VM merge their partials into its state."""
     if op.window is None:  # regroups an upstream window, or a global aggregate append mode cannot emit
         return False
-    allowed = _PARTIAL_AGGS if op.window.tumbling else _PANE_AGGS
-    return all(a.fn in allowed for a in op.aggs)
+    # Every aggregate has a partial form (merge/algebra.py); a sliding window is assembled from pane
+    # partials, which a list of kept records is not.
+    return op.window.tumbling or not any(signature(a.fn).keeps_records for a in op.aggs)
 
 
 def _renamed(op: Map, column: str | None) -> str | None:

@@ -18,7 +18,7 @@ from core.plan import AggCall, TopK, WindowAggregate, WindowSpec
 from core.spark.lower import _fusions, _join_counts, state_store_for
 from core.spark.session import DEFAULT_STATE_STORE, ROCKSDB_STATE_STORE
 from merge.spark.sliding_top_k import PaneProcessor, SlidingTopK, fusable
-from tests.core.spark.state_fakes import FakeHandle, run_epochs
+from tests.merge.spark.state_fakes import FakeHandle, run_epochs
 
 S = 1000  # ms
 COUNT = AggCall("num", "count")

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from core.expr import col
 from core.plan import WINDOW, AggCall, WindowAggregate, WindowJoin, WindowSpec
 from merge.spark.window_join_count import JoinCount, JoinCountProcessor, fusable
-from tests.core.spark.state_fakes import FakeHandle, run_epochs
+from tests.merge.spark.state_fakes import FakeHandle, run_epochs
 
 S = 1000  # ms
 SIZE = 10 * S
