@@ -40,10 +40,10 @@ LAYERS: tuple[Layer, ...] = (
     Layer("merge", "folds partial results into final ones: builds on the kernel's plan and types only"),
     Layer("lambda_worker", "the Lambda function: runs offloaded programs; cold-starts on kernel+merge only"),
     Layer("router", "VM agent, fleet, source router: ship batches to workers, run lambda_worker locally"),
-    Layer("policy", "decides when and how much to offload, from what the router measures"),
+    Layer("policy", "decides when and how much to offload, from observations; simulates it at scale"),
     Layer("core.spark", "the Spark lowering and runner: wires router, merge and policy into a streaming job"),
     Layer("core.drill", "the drill: runs Spark jobs through bursts and reports on them"),
-    Layer("infra", "deployment (template, CDK, LocalStack): runs the drill/Spark job against real Lambda"),
+    Layer("infra", "deploying the Lambda side (package, stack, status, LocalStack): kernel records only"),
     Layer("core.cli", "the sponge command: the top of the product (finds infra's commands by entry point)"),
     Layer("bench", "benchmarks: may use anything in the product"),
 )

@@ -47,8 +47,7 @@ from core.rewrite import Kind, Placement, RewrittenPlan
 from core.spark.expr_spark import to_spark
 from core.spark.session import DEFAULT_STATE_STORE, ROCKSDB_STATE_STORE
 from merge.algebra import check_pane_mergeable
-from merge.spark import column_fold, window_join_count
-from merge.spark import partial_form as spark_merge
+from merge.spark import column_fold, partial_form, window_join_count
 from merge.spark.sliding_top_k import fold_per_task, fusable, sliding_top_k
 
 SourceFactory = Callable[[Source], DataFrame]
@@ -100,10 +99,10 @@ def merge_aggregate(
 ) -> DataFrame:
     """`op` over the VM's records and the workers' partial rows of the same epochs (the merge operator);
     with `partials_only`, both kinds of rows in partial form, unaggregated (for sliding_top_k)."""
-    mine = spark_merge.local_partials(local, op, _args(op))
+    mine = partial_form.local_partials(local, op, _args(op))
     if partials_only:
         mine = fold_per_task(mine, op)
-    both = mine.unionByName(spark_merge.worker_partials(workers, op, mine))
+    both = mine.unionByName(partial_form.worker_partials(workers, op, mine))
     return both if partials_only else _aggregate(both, op, partial=True)
 
 
@@ -285,7 +284,7 @@ class _Fusion:
             return ins[0]
         if node_id in self.aggregates:
             assert isinstance(op, WindowAggregate)
-            return fold_per_task(spark_merge.local_partials(ins[0], op, _args(op)), op)
+            return fold_per_task(partial_form.local_partials(ins[0], op, _args(op)), op)
         if node_id in self.tops:
             assert isinstance(op, TopK)
             agg = self.tops[node_id]
@@ -337,7 +336,7 @@ def lower_rewritten(
                 df = fusion.lower(node_id, op, ins, sources)
             if chain is not None and chain.kind == ROWS:
                 assert offloaded is not None
-                df = df.unionByName(spark_merge.align(offloaded(chain), df))
+                df = df.unionByName(partial_form.align(offloaded(chain), df))
             if isinstance(op, Sink):
                 sinks[op.name] = df
         else:  # a router or merge proxy: the routed read and the merges above do their work
