@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from py4j.protocol import Py4JError, Py4JJavaError
+
 from core.errors import ConfigError, SpongeError
 from core.nexmark.generator import GeneratorConfig, event_ids
 from core.nexmark.params import QueryParams
@@ -28,6 +30,9 @@ from core.rewrite import rewrite
 from core.spark.offload_session import OFFLOAD_DIR, OffloadConfig, OffloadSession
 from core.spark.session import DEFAULT_STATE_STORE, SparkConfig, spark_session
 from core.spark.streams import DEAD_LETTER_DIR, nexmark_sources
+
+GATEWAY_RETRIES = 20  # x GATEWAY_RETRY_S: how long a poll of the query may fail before the run does
+GATEWAY_RETRY_S = 0.25
 
 
 @dataclass(frozen=True)
@@ -242,8 +247,11 @@ def stream_to_end(
                     progress(p)
         return len(last["sources"]) == n_sources and all(at_end(s) for s in last["sources"])
 
+    def failure() -> Any:
+        return query.exception()  # the query of the moment: a restart replaces it
+
     try:
-        while not collect():
+        while not poll(collect, failure):
             if pending_restarts and time.time() - started >= pending_restarts[0]:
                 pending_restarts.pop(0)
                 query.stop()
@@ -252,8 +260,6 @@ def stream_to_end(
                 if on_restart:
                     on_restart()
                 continue
-            if query.exception() is not None:
-                raise SpongeError(f"the streaming query failed: {str(query.exception()).splitlines()[0]}")
             if time.time() - started > timeout_s:
                 raise SpongeError(
                     f"the query did not finish in {timeout_s:.0f}s",
@@ -266,3 +272,21 @@ def stream_to_end(
     finally:
         query.stop()
     return list(seen.values())
+
+
+def poll(collect: Callable[[], bool], failure: Callable[[], Any]) -> bool:
+    """`collect()`, raising the query's own failure. A gateway error that is not the query's (the
+    driver's JVM stalled on a loaded machine) is retried for a few seconds: the poll only watches."""
+    for attempt in range(GATEWAY_RETRIES + 1):
+        try:
+            done, error = collect(), failure()
+            break
+        except Py4JJavaError:
+            raise
+        except Py4JError:
+            if attempt == GATEWAY_RETRIES:
+                raise
+            time.sleep(GATEWAY_RETRY_S)
+    if error is not None:
+        raise SpongeError(f"the streaming query failed: {str(error).splitlines()[0]}")
+    return done
