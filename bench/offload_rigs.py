@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pyarrow as pa
 
 from core.nexmark.generator import PROPORTION_DENOMINATOR, GeneratorConfig, event_ids, generate
@@ -57,16 +58,24 @@ def pin_process(cpus: set[int]) -> None:
     pinning only the calling thread would leave threads some import already started on every core;
     after this, the Spark JVM, its Python workers and the agent's gRPC threads all start on `cpus`.
     """
-    for tid in os.listdir("/proc/self/task"):
+    for thread in psutil.Process().threads():
         with contextlib.suppress(ProcessLookupError):  # a thread that ended meanwhile
-            os.sched_setaffinity(int(tid), cpus)
+            os.sched_setaffinity(thread.id, cpus)
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of process `pid` (all its threads) from /proc, in seconds."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """User + system CPU time of process `pid` (all its threads), in seconds; raises psutil.NoSuchProcess."""
+    times = psutil.Process(pid).cpu_times()
+    return times.user + times.system
+
+
+def live_cpu_seconds(pids: Sequence[int]) -> float:
+    """`cpu_seconds` summed over those of `pids` still running (one may exit between listing and reading)."""
+    total = 0.0
+    for pid in pids:
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+            total += cpu_seconds(pid)
+    return total
 
 
 # ---- VM path ------------------------------------------------------------------------------------
@@ -217,7 +226,7 @@ class WorkerRig:
         results = self.offload_all(spec, chunks, in_flight)
         wall = time.perf_counter() - t0
         agent_cpu = time.process_time() - c0
-        worker_cpu = sum(cpu_seconds(p) for p in pids if os.path.exists(f"/proc/{p}")) - w0
+        worker_cpu = live_cpu_seconds(pids) - w0
         local = sum(r.ran_locally for r in results)
         if local or set(self.worker_pids()) != set(pids):
             raise RuntimeError(

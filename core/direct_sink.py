@@ -17,14 +17,13 @@ files whose range ends at or below that stream's offset in the checkpoint's last
 from __future__ import annotations
 
 import json
-import os
 import re
-import uuid
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from core.atomic_write import write_atomically
 from core.errors import InputError
 
 OFFLOADED_DIR = "_offloaded"  # under the output directory; the leading "_" hides it from Spark
@@ -40,13 +39,9 @@ def chunk_file(output: Path, entity: str, start: int, end: int, seq: int) -> Pat
 
 def write_chunk(path: Path, table: pa.Table) -> None:
     """Write `table` to `path` atomically: readers see the whole file or none of it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    try:
-        pq.write_table(table.replace_schema_metadata(None), tmp, compression="snappy")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_atomically(
+        path, lambda tmp: pq.write_table(table.replace_schema_metadata(None), tmp, compression="snappy")
+    )
 
 
 def committed_chunk_files(output: Path) -> list[Path]:

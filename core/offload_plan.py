@@ -7,7 +7,9 @@ transient operators, never both, never neither. That only holds if routing is a 
 (plan, key, record id) that gives the same answer in every process, on every run and on every
 machine, so nothing here may use Python's salted `hash()`, a random generator or iteration order.
 
-The hash functions are specified precisely (so a JVM-side router could reproduce them):
+The hash functions are specified precisely (so a JVM-side router could reproduce them) and written
+out over numpy arrays rather than taken from hashlib or xxhash, which neither vectorise nor promise
+this exact definition:
 
 * ``splitmix64(x)``: ``z = x + 0x9E3779B97F4A7C15``, then the splitmix64 finaliser
   ``z ^= z >> 30; z *= 0xBF58476D1CE4E5B9; z ^= z >> 27; z *= 0x94D049BB133111EB; z ^= z >> 31``,

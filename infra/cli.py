@@ -41,6 +41,8 @@ def _aws_errors(target: str, endpoint: str | None) -> Iterator[None]:
     """botocore's failures as one-line errors that say what to do."""
     from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError, NoCredentialsError
 
+    from infra.deploy.aws_errors import Failure, classify, error_text
+
     try:
         yield
     except EndpointConnectionError:
@@ -55,8 +57,8 @@ def _aws_errors(target: str, endpoint: str | None) -> Iterator[None]:
             "no AWS credentials found", hint="run aws configure, set AWS_PROFILE, or use an instance role"
         ) from None
     except ClientError as e:
-        error = e.response.get("Error", {})
-        raise SpongeError(f"{error.get('Code', 'ClientError')}: {error.get('Message', e)}") from None
+        hint = "these credentials lack a permission this needs" if classify(e) is Failure.NOT_YOURS else ""
+        raise SpongeError(error_text(e), hint=hint) from None
     except BotoCoreError as e:
         raise SpongeError(f"{type(e).__name__}: {e}") from None
 
@@ -93,6 +95,14 @@ def deploy(
             "sources plus dependencies built for the function's architecture).",
         ),
     ] = None,
+    artifact_bucket: Annotated[
+        str | None,
+        typer.Option(
+            "--artifact-bucket",
+            help="S3 bucket the code and template are uploaded to, created if missing (default: "
+            "sponge-artifacts-ACCOUNT-REGION; pick another when that name belongs to someone else).",
+        ),
+    ] = None,
     stack_dir: StackDirOpt = DEFAULT_STACK_DIR,
 ) -> None:
     """Deploy template.yaml: the Lambda workers, their log group, the staging bucket, the cluster's policy.
@@ -112,6 +122,7 @@ def deploy(
         stack_dir=stack_dir,
         parameters=parse_parameters(parameter or []),
         code_dir=code_dir,
+        artifact_bucket=artifact_bucket,
     )
     with _aws_errors(target, config.endpoint_url):
         deployment = run_deploy(config, progress=lambda line: err.print(line, markup=False))

@@ -23,6 +23,8 @@ import sys
 import time
 from typing import Any
 
+from core import parent_death
+
 
 class LocalLambdaContext:
     """The attributes of Lambda's context object that the handler and Powertools read."""
@@ -41,32 +43,17 @@ class LocalLambdaContext:
         return max(0, self._deadline_ms - int(time.time() * 1000))
 
 
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
-
-
 def die_with_parent(parent_pid: int) -> None:
     """Make sure this process does not outlive `parent_pid` (the agent that owns the fleet).
 
     Why: an agent that is SIGKILLed cannot kill its workers, and a worker busy in a chunk (or stalled)
     would not notice its stream is gone: it would hold a CPU and its memory until its deadline. On Linux
-    the kernel SIGKILLs us when the parent (thread) dies (PR_SET_PDEATHSIG); elsewhere a watcher thread
-    polls for it. Checked once right away too: the parent may have died before we got here.
+    the kernel SIGKILLs us when the parent (thread) dies (core/parent_death.py); elsewhere a watcher
+    thread polls for it. Checked once right away too: the parent may have died before we got here.
     """
     if parent_pid <= 0:
         return
-    armed = False
-    if sys.platform.startswith("linux"):
-        import ctypes
-        import signal
-
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            armed = libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0
-        except (OSError, AttributeError):
-            armed = False
-    if os.getppid() != parent_pid:
-        os._exit(1)
-    if not armed:
+    if not parent_death.arm(parent_pid):  # exits at once if the parent is already gone
         import threading
 
         def watch() -> None:

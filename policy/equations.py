@@ -29,7 +29,8 @@ def simpson(samples: Sequence[float], dt: float) -> float:
     """∫ of equally spaced samples (`dt` apart) by the composite Simpson's rule.
 
     With an odd number of intervals the last one is a trapezoid, so any sample count works; the rule
-    is exact for cubics over an even number of intervals.
+    is exact for cubics over an even number of intervals. (scipy.integrate.simpson would do; scipy is
+    not a dependency, and this is its only use.)
     """
     if dt <= 0:
         raise ConfigError(f"the sampling interval must be positive, got {dt}")

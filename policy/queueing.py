@@ -10,7 +10,8 @@ than its resource price beta / (1 - beta)).
 Numerics: the Erlang C probability is computed from the Erlang B recursion
 B(0) = 1, B(n) = a B(n-1) / (n + a B(n-1)), a = lambda / mu, which stays in [0, 1] and needs no
 factorials or powers, so it is stable for k in the hundreds or thousands (the closed form
-a^k / k! overflows floats near k = 170). Then C = k B / (k - a (1 - B)).
+a^k / k! overflows floats near k = 170). Then C = k B / (k - a (1 - B)). Written out here: no pinned
+library offers Erlang B or C, and the recursion is a loop of one line.
 """
 
 from __future__ import annotations

@@ -10,25 +10,33 @@ counts of an agent that was killed are kept up to its last sample.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import secrets
+import selectors
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 from core.errors import ConfigError, SpongeError
 from core.fault_spec import FaultSpec
+from core.wire.protocol import grpc_module
+from router.agent import ready_port
 from router.invokers.lambda_api import INVOCATION_TYPES
 from router.stats import WORKERS_PREWARMED
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+EXIT_POLL_S = 0.2
+"""How often the readiness wait looks whether the agent has exited (its workers may keep stdout open)."""
+STDERR_TAIL_LINES = 8
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -98,7 +106,13 @@ class LambdaFunction:
 
 @dataclass(frozen=True)
 class AgentProcessConfig:
-    """`function`: invoke that deployed function with boto3; None: the embedded fleet."""
+    """`function`: invoke that deployed function with boto3; None: the embedded fleet.
+
+    `start_timeout_s`: how long the agent may take from launch to serving gRPC (its ready line on
+    stdout, then a connected channel); past it the agent is killed and the run stops with an error,
+    so an agent that hangs silently cannot hang the run. Start-up is mostly imports: seconds, more on
+    a loaded machine.
+    """
 
     secret_file: Path
     max_workers: int
@@ -114,6 +128,10 @@ class AgentProcessConfig:
     prewarm: int = 0  # warm pool: environments started and warmed at start-up
     idle_timeout_s: float = 10.0  # a worker's session idles out after this long without chunks
     cpus: frozenset[int] | None = None  # pin the agent (and the embedded workers it forks) to these cores
+
+    def __post_init__(self) -> None:
+        if not self.start_timeout_s > 0:
+            raise ConfigError(f"start_timeout_s must be positive, got {self.start_timeout_s}")
 
     @property
     def invoker(self) -> str:
@@ -143,13 +161,134 @@ class AgentProcessConfig:
         return args
 
 
+def launch(
+    argv: Sequence[str],
+    *,
+    host: str,
+    timeout_s: float,
+    env: Mapping[str, str] | None = None,
+    stderr_path: Path | None = None,
+    cpus: frozenset[int] | None = None,
+) -> tuple[subprocess.Popen[bytes], int]:
+    """Start the agent's command line `argv` and return it with its port once it serves gRPC on `host`.
+
+    Ready means its ready line on stdout (router/agent/__init__.py), then a channel to the port it
+    reports that connects. All of it within `timeout_s`: an agent that prints nothing, never listens or
+    exits is killed (with its process group: the workers it forked) and reported with its exit status
+    and the end of its stderr, which goes to `stderr_path` (appended) or a temporary file.
+    """
+    if stderr_path is not None:
+        stderr_path.parent.mkdir(parents=True, exist_ok=True)
+        stderr: IO[bytes] = open(stderr_path, "a+b")  # noqa: SIM115 (closed below; the agent keeps its copy)
+        see = f"see {stderr_path}"
+    else:
+        stderr = tempfile.TemporaryFile(prefix="sponge-agent-")  # noqa: SIM115
+        see = "give it a log_path to keep its whole stderr"
+    deadline = time.monotonic() + timeout_s
+    try:
+        log_start = stderr.seek(0, os.SEEK_END)
+        proc = subprocess.Popen(
+            list(argv),
+            cwd=PROJECT_ROOT,
+            env=dict(env) if env is not None else None,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            start_new_session=True,  # its own process group: killing it kills the workers it forks
+            preexec_fn=_pin(cpus),
+        )
+        try:
+            if cpus:  # before any worker is forked: they inherit the agent's affinity
+                os.sched_setaffinity(proc.pid, cpus)
+            port = _await_ready_line(proc, deadline)
+            if port is not None and _await_channel(proc, f"{host}:{port}", deadline):
+                return proc, port
+        except BaseException:
+            _kill(proc)
+            raise
+        tail = _tail(stderr, log_start)
+        status = proc.poll()
+        _kill(proc)  # also when it exited: workers it forked may live on in its process group
+        if status is not None:
+            raise SpongeError(
+                f"the VM agent exited with status {status} before it was ready{tail}",
+                hint=f"{see}; `python -m router.agent --help` lists its flags",
+            )
+        stage = "printed no ready line" if port is None else f"reported port {port} but did not serve gRPC"
+        raise SpongeError(
+            f"the VM agent was not ready within {timeout_s:g} s (it {stage}); killed it{tail}",
+            hint=f"{see}; on a loaded machine raise AgentProcessConfig.start_timeout_s",
+        )
+    finally:
+        stderr.close()
+
+
+def _await_ready_line(proc: subprocess.Popen[bytes], deadline: float) -> int | None:
+    """The port in the agent's ready line; None if its stdout closes, it exits or `deadline` passes first.
+
+    Why selectors and not readline: a blocking read never returns from an agent that prints nothing.
+    """
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    pending = b""
+    with selectors.DefaultSelector() as selector:
+        selector.register(fd, selectors.EVENT_READ)
+        while (remaining := deadline - time.monotonic()) > 0 and proc.poll() is None:
+            if not selector.select(min(remaining, EXIT_POLL_S)):
+                continue
+            data = os.read(fd, 65536)
+            if not data:  # stdout closed: it cannot become ready; let the caller see its exit status
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(max(0.0, deadline - time.monotonic()))
+                return None
+            *lines, pending = (pending + data).split(b"\n")
+            for line in lines:
+                if (port := ready_port(line)) is not None:
+                    return port
+    return None
+
+
+def _await_channel(proc: subprocess.Popen[bytes], target: str, deadline: float) -> bool:
+    """True once a gRPC channel to `target` connects; False if the agent exits or `deadline` passes."""
+    grpc = grpc_module()
+    with grpc.insecure_channel(target) as channel:
+        ready = grpc.channel_ready_future(channel)
+        try:
+            while (remaining := deadline - time.monotonic()) > 0 and proc.poll() is None:
+                try:
+                    ready.result(timeout=min(remaining, EXIT_POLL_S))
+                    return True
+                except grpc.FutureTimeoutError:
+                    continue
+            return False
+        finally:
+            ready.cancel()
+
+
+def _tail(stderr: IO[bytes], start: int) -> str:
+    """The last lines the agent wrote to `stderr` since `start`, as a suffix of an error message."""
+    size = os.fstat(stderr.fileno()).st_size
+    first = max(start, size - 4096)
+    text = os.pread(stderr.fileno(), size - first, first).decode(errors="replace")
+    lines = [line for line in text.splitlines() if line.strip()][-STDERR_TAIL_LINES:]
+    return "; its stderr ends with: " + " | ".join(lines) if lines else "; it wrote nothing to stderr"
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the agent's process group (the agent and the workers it forked) and reap the agent."""
+    with contextlib.suppress(ProcessLookupError):  # exited, and its group with it
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
 class AgentProcess:
     """Start, sample, kill-and-restart and stop the agent; `totals()` sums every incarnation's counters."""
 
     def __init__(self, config: AgentProcessConfig) -> None:
         self.config = config
         self.address = f"{config.host}:{config.port}"
-        self._proc: subprocess.Popen[str] | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
         self._finished: list[dict[str, int]] = []  # last counters of every earlier incarnation
         self._last: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -166,37 +305,20 @@ class AgentProcess:
         return self.address
 
     def _spawn(self) -> None:
-        log: IO[str] | int = subprocess.DEVNULL
-        if self.config.log_path is not None:
-            self.config.log_path.parent.mkdir(parents=True, exist_ok=True)
-            log = open(self.config.log_path.with_suffix(".agent.log"), "a")  # noqa: SIM115
-        proc = subprocess.Popen(
-            self.config.argv(),
-            cwd=PROJECT_ROOT,
-            env={**os.environ, **dict(self.config.function.env if self.config.function else ())},
-            stdout=subprocess.PIPE,
-            stderr=log,
-            text=True,
-            start_new_session=True,
-            preexec_fn=_pin(self.config.cpus),
-        )
-        assert proc.stdout is not None
-        if self.config.cpus:  # before any worker is forked: they inherit the agent's affinity
-            os.sched_setaffinity(proc.pid, self.config.cpus)
-        deadline = time.time() + self.config.start_timeout_s
-        line = ""
-        while time.time() < deadline:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            if '"listening"' in line:
-                self._proc = proc
-                return
-        proc.kill()
-        raise SpongeError(
-            f"the VM agent did not start on {self.address}: {line.strip() or 'no output'}",
-            hint="run `python -m router.agent --help` and check the worker log",
-        )
+        config = self.config
+        log_path = config.log_path.with_suffix(".agent.log") if config.log_path is not None else None
+        env = {**os.environ, **dict(config.function.env if config.function else ())}
+        proc, port = launch(
+            config.argv(), host=config.host, timeout_s=config.start_timeout_s, env=env,
+            stderr_path=log_path, cpus=config.cpus,
+        )  # fmt: skip
+        if port != config.port:
+            _kill(proc)
+            raise SpongeError(
+                f"the VM agent reports port {port}, not the {config.port} it was started with",
+                hint="check that nothing rewrites the agent's --port",
+            )
+        self._proc = proc
 
     def _stats(self) -> dict[str, int] | None:
         from router.client import AgentClient, OffloadError

@@ -4,14 +4,15 @@ Why a client class: a task must present the session secret, reuse one channel fo
 and get the agent's errors back as exceptions that keep the program's error class and message
 (`OffloadError.error_type`), never as a bare transport error.
 
-Why `offload` retries: Offload is idempotent per (epoch, partition, chunk_seq, program_id), and the
-two ways it can end without an answer are both "ask again later": the agent is gone or restarting
-(UNAVAILABLE; with wait_for_ready a call made while it is down waits for it, and a wait past the
-deadline shows as DEADLINE_EXCEEDED) or the chunk is not done yet (DEADLINE_EXCEEDED from the agent).
-So it asks again, with capped exponential backoff, until `retry_budget_s` is spent. A restarted agent
-has forgotten every program, so after UNAVAILABLE (or its "unknown program") the spec is sent again.
-What retrying cannot fix is raised at once: a program error (INTERNAL with x-sponge-error-type), a
-malformed request (INVALID_ARGUMENT) or a wrong secret (UNAUTHENTICATED).
+Why `offload` retries: Offload is idempotent per (epoch, partition, chunk_seq, program_id), and each
+way it can end that asking again fixes has its own status code (all codes are listed at `Offload` in
+core/wire/agent.proto): the agent is gone or restarting (UNAVAILABLE; with wait_for_ready a call made
+while it is down waits for it, and a wait past the deadline shows as DEADLINE_EXCEEDED), the chunk is
+not done yet (DEADLINE_EXCEEDED from the agent), or the agent does not know the program (NOT_FOUND: it
+restarted since the spec was sent). So it asks again, with capped exponential backoff, until
+`retry_budget_s` is spent, and sends the spec along after UNAVAILABLE or NOT_FOUND. Any other code is
+raised at once. The decision reads the status code only, never the message, so rewording an error
+cannot change what the client does.
 """
 
 from __future__ import annotations
@@ -26,12 +27,16 @@ import pyarrow as pa
 
 from core.errors import ConfigError, SpongeError
 from core.wire.arrow_ipc import checksum, decode, encode
-from core.wire.protocol import CHANNEL_OPTIONS, SECRET_METADATA, grpc_module, pb
+from core.wire.protocol import CHANNEL_OPTIONS, ERROR_TYPE_METADATA, SECRET_METADATA, grpc_module, pb
 from lambda_worker.program import ProgramSpec
 
 RETRY_BACKOFF_S = 0.1
 """First pause before a retry; it doubles per retry up to RETRY_BACKOFF_CAP_S."""
 RETRY_BACKOFF_CAP_S = 5.0
+RETRIED_CODES = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "NOT_FOUND"})
+"""Status codes `offload` asks again after (NOT_FOUND only when it has the spec to send)."""
+PROGRAM_FORGOTTEN_CODES = frozenset({"UNAVAILABLE", "NOT_FOUND"})
+"""Status codes after which the agent may not know any program: the next try sends the spec."""
 RECONNECT_OPTIONS: list[tuple[str, Any]] = [
     # gRPC's default reconnect backoff grows from 1 s to 120 s: a call waiting for a restarted agent
     # would sit idle long after it is back. An agent restart takes seconds; re-dial at least every 1 s.
@@ -42,7 +47,8 @@ RECONNECT_OPTIONS: list[tuple[str, Any]] = [
 
 
 class OffloadError(SpongeError):
-    """The agent could not produce the chunk's result; `error_type` names the failure's class."""
+    """The agent could not produce the chunk's result; `error_type` names the failure's class, `code` is
+    the gRPC status code's name (what a caller decides on)."""
 
     def __init__(self, message: str, *, error_type: str, code: str) -> None:
         super().__init__(message)
@@ -152,22 +158,23 @@ class AgentClient:
         """Call Offload until it answers, a retry cannot help, or the budget is spent.
 
         A try starts only within `retry_budget_s` of the first, and none runs past the later of the
-        budget's end and the first try's deadline: a budget of 0 means one plain call.
+        budget's end and the first try's deadline: a budget of 0 means one plain call. `resendable`:
+        `request` adds the program spec when it is not in `_known`, so NOT_FOUND can be fixed.
         """
         timeout = timeout_s or self.timeout_s
         started = time.monotonic()
         retry_until = started + self.retry_budget_s
         end = max(retry_until, started + timeout)
         backoff = RETRY_BACKOFF_S
+        # Hand-written: grpc's retryPolicy resends the same request; after NOT_FOUND it must carry the spec.
         while True:
             attempt_s = max(0.001, min(timeout, end - time.monotonic()))
             try:
                 return self._call(self._stub.Offload, request(), attempt_s, wait_for_ready=True)
             except OffloadError as e:
-                unknown_program = e.code == "INVALID_ARGUMENT" and "unknown program" in e.message
-                if e.code == "UNAVAILABLE" or unknown_program:
+                if e.code in PROGRAM_FORGOTTEN_CODES:
                     self._known.clear()  # a new agent knows no program: send the spec with the next try
-                retry = e.code in ("UNAVAILABLE", "DEADLINE_EXCEEDED") or (unknown_program and resendable)
+                retry = e.code in RETRIED_CODES and (resendable or e.code != "NOT_FOUND")
                 if not retry or time.monotonic() + backoff >= retry_until:
                     raise
             with self._lock:
@@ -198,7 +205,7 @@ class AgentClient:
         except self._grpc.RpcError as e:
             trailing = dict(e.trailing_metadata() or ()) if hasattr(e, "trailing_metadata") else {}
             code = e.code().name if hasattr(e, "code") else "UNKNOWN"
-            error_type = trailing.get("x-sponge-error-type", code)
+            error_type = trailing.get(ERROR_TYPE_METADATA, code)
             details = e.details() if hasattr(e, "details") else str(e)
             raise OffloadError(
                 f"offload failed ({code}): {details}", error_type=error_type, code=code

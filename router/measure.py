@@ -18,6 +18,7 @@ import statistics
 import time
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from core.nexmark.generator import GeneratorConfig, generate
@@ -45,8 +46,7 @@ def _chunk(mb: float) -> pa.Table:
 
 
 def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+    return float(np.quantile(values, q, method="nearest"))
 
 
 def measure(chunk_mb: float, rounds: int, workers: int, program: str, local: bool) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from core import atomic_write
 from core.errors import ConfigError
 from core.offload_plan import OffloadPlan, offloaded_mask
 
@@ -41,10 +42,7 @@ class Segment:
 
 def write_current_plan(directory: Path, plan: OffloadPlan) -> None:
     """Publish the plan readers take for offsets not yet routed (atomic: readers never see half a file)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    tmp = directory / f".{PLAN_FILE}.{os.getpid()}"
-    tmp.write_text(plan.dumps())
-    tmp.replace(directory / PLAN_FILE)
+    atomic_write.write_text(directory / PLAN_FILE, plan.dumps())
 
 
 def read_current_plan(directory: Path) -> OffloadPlan:
@@ -110,9 +108,7 @@ class RoutingLog:
                         f.flush()
                         os.fsync(f.fileno())
                     segments.append(segment)
-                tmp = self._hwm.with_suffix(f".tmp{os.getpid()}")
-                tmp.write_text(str(end))
-                tmp.replace(self._hwm)
+                atomic_write.write_text(self._hwm, str(end))
         return covering(segments, start, end)
 
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import io
 import math
-import os
 from pathlib import Path
 
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from core import atomic_write
 from core.errors import ConfigError
 from core.nexmark.generator import GeneratorConfig, generate
 from core.nexmark.schema import ENTITIES
@@ -68,9 +68,7 @@ def write_jsonl_events(
             start = min(part * step, config.events)
             batch = generate(config, entity, start, min(start + step, config.events))
             target = entity_dir / f"part-{part:05d}.jsonl"
-            tmp = entity_dir / f".{target.name}.tmp"
-            tmp.write_bytes(jsonl_bytes(batch))
-            os.replace(tmp, target)
+            atomic_write.write_bytes(target, jsonl_bytes(batch))
             rows += batch.num_rows
         counts[entity] = rows
     return counts

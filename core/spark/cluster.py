@@ -11,10 +11,13 @@ How the processes are kept in hand:
 * every process is its own process group (setsid), so `stop()` signals the worker and the executors it
   forked at once (executors inherit the group; PySpark's daemon leaves it, so stop() also kills any
   descendant still alive);
-* every process asks the kernel to SIGKILL it when its parent dies (PR_SET_PDEATHSIG, as the embedded
-  Lambda fleet does), so a SIGKILLed Python leaves no master or worker behind; an executor whose worker
-  dies exits by itself (Spark's WorkerWatcher). Linux sends that signal when the *thread* that forked
-  the child ends, so all processes are started from one thread that lives as long as the cluster;
+* every process asks the kernel to SIGKILL it when its parent dies (core/parent_death.py, as the
+  embedded Lambda fleet does), so a SIGKILLed Python leaves no master or worker behind; an executor
+  whose worker dies exits by itself (Spark's WorkerWatcher). Linux sends that signal when the *thread*
+  that forked the child ends, so all processes are started from one thread that lives as long as the
+  cluster;
+* what they fork is found, watched and killed through psutil (`descendants`, `alive`, `stop()`), whose
+  handles refuse to signal a pid the system has meanwhile given to another process;
 * `WorkerSpec.cpus` pins a worker with sched_setaffinity before exec (the same as `taskset -c`); the
   executors and Python workers it forks inherit the mask (tests/core/spark/test_cluster.py checks).
 
@@ -25,14 +28,12 @@ Everything binds to 127.0.0.1 on free ports; the master's REST submission server
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import itertools
 import json
 import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -43,13 +44,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+import psutil
+
+from core import parent_death
 from core.errors import ConfigError, MissingDependencyError, SpongeError
 from core.spark.cluster_config import ClusterConfig, WorkerSpec
 from core.spark.session import check_java
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 class ClusterError(SpongeError):
@@ -111,57 +114,35 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def _arm_child(cpus: tuple[int, ...]) -> Callable[[], None]:
-    """preexec_fn: die with the parent thread (PR_SET_PDEATHSIG), then pin to `cpus` if any."""
+    """preexec_fn: die with the parent thread (core/parent_death.py), then pin to `cpus` if any."""
 
-    # libc is loaded here, in the parent: dlopen in a child forked from a threaded process may deadlock.
-    libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
-    parent = os.getpid()
+    def pin() -> None:
+        os.sched_setaffinity(0, cpus)
 
-    def arm() -> None:
-        if libc is not None:
-            libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-            if os.getppid() != parent:  # the parent died before the signal was armed
-                os._exit(1)
-        if cpus:
-            os.sched_setaffinity(0, cpus)
-
-    return arm
+    return parent_death.preexec_fn(pin if cpus else None)
 
 
-def _children_map() -> dict[int, list[int]]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        # Field 4 (ppid) follows the parenthesised command, which may itself contain spaces.
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry))
-    return children
+def _descendants(pid: int) -> list[psutil.Process]:
+    """The live descendants of `pid`, as psutil handles (a kill through one cannot hit a reused pid)."""
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        return []
 
 
 def descendants(pid: int) -> list[int]:
-    """Every live descendant of `pid` (children, grandchildren, ...), read from /proc."""
-    tree = _children_map()
-    out: list[int] = []
-    stack = list(tree.get(pid, []))
-    while stack:
-        child = stack.pop()
-        out.append(child)
-        stack.extend(tree.get(child, []))
-    return out
+    """Every live descendant of `pid` (children, grandchildren, ...); [] once `pid` is gone."""
+    return [p.pid for p in _descendants(pid)]
 
 
 def alive(pid: int) -> bool:
-    """True while `pid` exists and is not a zombie."""
+    """True while `pid` exists and is not a zombie (a zombie has exited; it only waits to be reaped)."""
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
         return False
-    return state != "Z"
+    except psutil.AccessDenied:  # someone else's process, but it exists
+        return True
 
 
 class StandaloneCluster:
@@ -266,7 +247,7 @@ class StandaloneCluster:
         self._stopping.set()
         with self._lock:
             procs = list(reversed(self._procs))  # workers before the master
-        family = {p.pid: descendants(p.pid) for p in procs}
+        family = {p.pid: _descendants(p.pid) for p in procs}
         for p in procs:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(p.pid, signal.SIGTERM)
@@ -278,9 +259,9 @@ class StandaloneCluster:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(p.pid, signal.SIGKILL)
             # PySpark's daemon makes its own process group: kill whatever of the tree is left.
-            for pid in family[p.pid] + descendants(p.pid):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
+            for child in family[p.pid] + _descendants(p.pid):
+                with contextlib.suppress(psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+                    child.kill()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 p.wait(grace_s)
         for log in self._logs:

@@ -22,8 +22,6 @@ The dead-letter directory must be visible to the executors (trivially so with a 
 from __future__ import annotations
 
 import json
-import os
-import uuid
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -34,6 +32,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from core import atomic_write
 from core.errors import InputError
 from core.nexmark.schema import END_OF_STREAM_TIME_US, schema_for
 
@@ -195,21 +194,14 @@ def dead_letter_file(dead_letter_dir: str | Path, entity: str, input_file: str |
 def write_dead_letters(target: Path, letters: Sequence[Mapping[str, Any]]) -> None:
     """Replace `target` with `letters` as JSON lines, atomically; remove it when there are none.
 
-    A unique temporary name in the same directory, then os.replace: readers see the old or the new
-    file, never a torn one, and two attempts of the same task (retry, speculation) cannot interleave.
+    Two attempts of the same task (retry, speculation) each write the whole file; the last one wins.
     """
     if not letters:
         target.unlink(missing_ok=True)
         return
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.parent / f".{target.name}.{uuid.uuid4().hex}.tmp"
-    try:
-        with open(tmp, "w", encoding="utf-8") as out:
-            for letter in letters:
-                out.write(json.dumps(letter, ensure_ascii=False) + "\n")
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
+    atomic_write.write_text(
+        target, "".join(json.dumps(letter, ensure_ascii=False) + "\n" for letter in letters)
+    )
 
 
 def _to_batch(entity: str, rows: list[tuple[Any, ...]]) -> pa.RecordBatch:

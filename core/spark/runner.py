@@ -18,8 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from py4j.protocol import Py4JError, Py4JJavaError
-
 from core.errors import ConfigError, SpongeError
 from core.nexmark.generator import GeneratorConfig, event_ids
 from core.nexmark.params import QueryParams
@@ -28,11 +26,12 @@ from core.offload_chains import offload_chains
 from core.plan import Source
 from core.rewrite import rewrite
 from core.spark.offload_session import OFFLOAD_DIR, OffloadConfig, OffloadSession
+from core.spark.progress_feed import ProgressFeed
 from core.spark.session import DEFAULT_STATE_STORE, SparkConfig, spark_session
 from core.spark.streams import DEAD_LETTER_DIR, nexmark_sources
 
-GATEWAY_RETRIES = 20  # x GATEWAY_RETRY_S: how long a poll of the query may fail before the run does
-GATEWAY_RETRY_S = 0.25
+CLOSING_PROGRESS_S = 30.0  # how long the closing epoch's progress may take to reach the feed
+WAIT_S = 0.25  # the longest wait for progress between checks of the restart schedule and the timeout
 
 
 @dataclass(frozen=True)
@@ -214,79 +213,65 @@ def stream_to_end(
             .start()
         )
 
-    query = start()
     pending_restarts = sorted(restarts_at)
     total = events + 1  # the punctuation sits at offset `events`
     seen: dict[int, dict] = {}
+    latest: dict | None = None
 
     def at_end(source: dict) -> bool:
         """The source has delivered its punctuation: the generator's last offset is `events + 1`; a
         bounded file source reports its last one (file count + 1) as latestOffset."""
         end = json.loads(source["endOffset"] or "{}")
         if "files" in end:
-            latest = json.loads(source.get("latestOffset") or "{}")
-            return "files" in latest and end["files"] >= latest["files"]
+            latest_offset = json.loads(source.get("latestOffset") or "{}")
+            return "files" in latest_offset and end["files"] >= latest_offset["files"]
         return end.get("event", 0) >= total
 
-    def collect() -> bool:
-        """Record new epochs; True once every source has committed its last offset.
-
-        Polls `lastProgress` (one JSON document) and fetches `recentProgress` (up to a hundred) only
-        when more than one epoch finished since the last poll: the poll runs on the VM's cores, and
-        fetching the whole history twenty times a second cost the driver a noticeable share of a core.
-        """
-        last = query.lastProgress
-        if not last:
-            return False
-        newest = max(seen, default=-1)
-        batch = [last] if last["batchId"] <= newest + 1 else query.recentProgress
-        for p in batch:
+    def collect(timeout_s: float) -> None:
+        """Record the epochs that read data (a batch replayed after a restart counts once)."""
+        nonlocal latest
+        for p in feed.take(timeout_s):
+            latest = p
             if p["batchId"] not in seen and p["numInputRows"] is not None and "addBatch" in p["durationMs"]:
                 seen[p["batchId"]] = p
                 if progress:
                     progress(p)
-        return len(last["sources"]) == n_sources and all(at_end(s) for s in last["sources"])
+        if feed.failure is not None:
+            raise SpongeError(f"the streaming query failed: {feed.failure.splitlines()[0]}")
 
-    def failure() -> Any:
-        return query.exception()  # the query of the moment: a restart replaces it
+    def finished() -> bool:
+        return (
+            latest is not None
+            and len(latest["sources"]) == n_sources
+            and all(at_end(s) for s in latest["sources"])
+        )
 
+    feed = ProgressFeed(name)
+    streams = df.sparkSession.streams
+    streams.addListener(feed)
+    query = start()
     try:
-        while not poll(collect, failure):
+        while not finished():
             if pending_restarts and time.time() - started >= pending_restarts[0]:
                 pending_restarts.pop(0)
                 query.stop()
-                collect()
                 query = start()
                 if on_restart:
                     on_restart()
-                continue
             if time.time() - started > timeout_s:
                 raise SpongeError(
                     f"the query did not finish in {timeout_s:.0f}s",
                     hint="raise the timeout or lower --events",
                 )
-            time.sleep(0.05)
-        # Runs the no-data epoch that applies the end-of-stream watermark and closes the last windows.
+            collect(WAIT_S)
+        # Runs the no-data epoch that applies the end-of-stream watermark and closes the last windows;
+        # its progress reaches the feed shortly after.
         query.processAllAvailable()
-        collect()
+        closing = query.lastProgress["batchId"]
+        deadline = time.time() + CLOSING_PROGRESS_S
+        while max(seen, default=-1) < closing and time.time() < deadline:
+            collect(deadline - time.time())
     finally:
         query.stop()
+        streams.removeListener(feed)
     return list(seen.values())
-
-
-def poll(collect: Callable[[], bool], failure: Callable[[], Any]) -> bool:
-    """`collect()`, raising the query's own failure. A gateway error that is not the query's (the
-    driver's JVM stalled on a loaded machine) is retried for a few seconds: the poll only watches."""
-    for attempt in range(GATEWAY_RETRIES + 1):
-        try:
-            done, error = collect(), failure()
-            break
-        except Py4JJavaError:
-            raise
-        except Py4JError:
-            if attempt == GATEWAY_RETRIES:
-                raise
-            time.sleep(GATEWAY_RETRY_S)
-    if error is not None:
-        raise SpongeError(f"the streaming query failed: {str(error).splitlines()[0]}")
-    return done

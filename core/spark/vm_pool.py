@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from core.errors import ConfigError, SpongeError
 from core.spark.cluster import PendingWorker, StandaloneCluster, alive, descendants
 from core.spark.cluster_config import ClusterConfig, WorkerSpec
@@ -383,9 +385,10 @@ class VmPool:
 
 
 def _cmdline(pid: int) -> list[str]:
+    """`pid`'s arguments; [] when it has exited meanwhile or cannot be read."""
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
-    except OSError:
+        return psutil.Process(pid).cmdline()
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
         return []
 
 

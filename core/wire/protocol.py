@@ -43,6 +43,10 @@ SERVER_OPTIONS: list[tuple[str, Any]] = [
 SECRET_METADATA = "x-sponge-secret"
 """gRPC metadata key by which VM-side callers (Spark tasks) present the session secret."""
 
+ERROR_TYPE_METADATA = "x-sponge-error-type"
+"""Trailing metadata key by which the agent names the class of a failed call (e.g. the program's own
+exception class), so the caller's error keeps it; what the caller does next is decided by the status code."""
+
 
 def pb() -> tuple[ModuleType, ModuleType]:
     """(agent_pb2, agent_pb2_grpc), generated from core/wire/agent.proto."""

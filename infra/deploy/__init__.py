@@ -14,6 +14,6 @@ it is read once, at the edge (core/spark/offload_session.py), into a `Deployment
 
 The modules, one step each: code_package (the zip, its hash, CodeUri pointed at the upload), stack
 (DeployConfig, deploy and destroy, the waits, the artifact bucket), status (logs, warm workers,
-metrics) and clients (boto3 clients for a target). Callers import from them directly; this package
-re-exports nothing.
+metrics), clients (boto3 clients for a target) and aws_errors (what a failed call means, by its error
+code). Callers import from them directly; this package re-exports nothing.
 """

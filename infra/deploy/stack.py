@@ -4,22 +4,30 @@
 account, creates or updates the stack with the capabilities the SAM transform needs, waits for it to
 settle and writes the stack file (core/deployment.py); `destroy` empties the staging bucket and
 deletes the stack. DeployConfig checks everything it can before the first AWS call.
+
+The waits are boto3's own CloudFormation waiters, polled every WAIT_DELAY_S instead of their 30 s
+default (LocalStack settles a stack in seconds); what went wrong is read from the error's code
+(infra/deploy/aws_errors.py).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import platform
 import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from botocore.exceptions import ClientError, WaiterError
 
 from core.deployment import PROJECT_ROOT, STACK_DIR, TARGETS, Deployment, stack_file
 from core.errors import ConfigError, DeployError
+from infra.deploy.aws_errors import Failure, classify, error_text
 from infra.deploy.clients import aws_client, client_for
 from infra.deploy.code_package import package_code, rewrite_code_uri
 
@@ -28,8 +36,12 @@ DEFAULT_STACK = "sponge"
 LOCALSTACK_REGION = "us-east-1"
 CAPABILITIES = ["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM", "CAPABILITY_AUTO_EXPAND"]
 _STACK_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,127}$")
+# S3's rules for a new bucket's name (without the rarely wanted dots, which break virtual-hosted HTTPS).
+_BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$")
+WAIT_DELAY_S = 1.0  # between two describe_stacks of a wait
 
 Progress = Callable[[str], None]
+Action = Literal["create", "update", "delete"]  # a stack change, named as boto3's waiters name them
 
 
 def _quiet(_: str) -> None:
@@ -52,6 +64,7 @@ class DeployConfig:
     parameters: tuple[tuple[str, str], ...] = ()
     code_dir: Path | None = None
     timeout_s: float = 900.0
+    artifact_bucket: str | None = None  # None: sponge-artifacts-<account>-<region>
 
     def __post_init__(self) -> None:
         if self.target not in TARGETS:
@@ -67,6 +80,11 @@ class DeployConfig:
             raise ConfigError(f"no template at {self.template}", hint="run from the project (template.yaml)")
         if self.code_dir is not None and not self.code_dir.is_dir():
             raise ConfigError(f"--code-dir {self.code_dir} is not a directory")
+        if self.artifact_bucket is not None and not _BUCKET_NAME.match(self.artifact_bucket):
+            raise ConfigError(
+                f"bad artifact bucket name {self.artifact_bucket!r}",
+                hint="3 to 63 lowercase letters, digits and hyphens; a letter or digit at each end",
+            )
         if self.target == "localstack" and not self.endpoint_url:
             raise ConfigError(
                 "no LocalStack endpoint", hint="start LocalStack with make localstack, or pass --endpoint-url"
@@ -117,26 +135,58 @@ def parse_parameters(texts: Iterable[str]) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
-def _artifact_bucket(deployment_region: str, s3: Any, sts: Any) -> str:
+def artifact_bucket_name(config: DeployConfig, region: str, sts: Any) -> str:
+    """--artifact-bucket, or the account's own default: sponge-artifacts-<account>-<region>."""
+    if config.artifact_bucket:
+        return config.artifact_bucket
     account = sts.get_caller_identity()["Account"]
-    name = f"sponge-artifacts-{account}-{deployment_region}"
+    return f"sponge-artifacts-{account}-{region}"
+
+
+def ensure_artifact_bucket(s3: Any, name: str, region: str, progress: Progress = _quiet) -> None:
+    """Create the bucket when it is missing, and only then.
+
+    Bucket names are global: a 403 means the name is taken by another account (or these credentials
+    may not read it), and uploading the code there would fail or hand it to a stranger, so that stops
+    the deploy with a way out instead of a create.
+    """
     try:
         s3.head_bucket(Bucket=name)
-    except Exception:
-        kwargs: dict[str, Any] = {"Bucket": name}
-        if deployment_region != "us-east-1":
-            kwargs["CreateBucketConfiguration"] = {"LocationConstraint": deployment_region}
+        return
+    except ClientError as e:
+        failure = classify(e)
+        if failure is Failure.NOT_YOURS:
+            raise _bucket_not_yours(name) from None
+        if failure is not Failure.MISSING:
+            raise DeployError(f"cannot check the artifact bucket {name}: {error_text(e)}") from e
+    kwargs: dict[str, Any] = {"Bucket": name}
+    if region != "us-east-1":
+        kwargs["CreateBucketConfiguration"] = {"LocationConstraint": region}
+    try:
         s3.create_bucket(**kwargs)
-        s3.put_public_access_block(
-            Bucket=name,
-            PublicAccessBlockConfiguration={
-                "BlockPublicAcls": True,
-                "IgnorePublicAcls": True,
-                "BlockPublicPolicy": True,
-                "RestrictPublicBuckets": True,
-            },
-        )
-    return name
+    except ClientError as e:
+        if classify(e) is Failure.NOT_YOURS:  # BucketAlreadyExists: another account took it since the check
+            raise _bucket_not_yours(name) from None
+        raise
+    s3.put_public_access_block(
+        Bucket=name,
+        PublicAccessBlockConfiguration={
+            "BlockPublicAcls": True,
+            "IgnorePublicAcls": True,
+            "BlockPublicPolicy": True,
+            "RestrictPublicBuckets": True,
+        },
+    )
+    progress(f"created the artifact bucket s3://{name}")
+
+
+def _bucket_not_yours(name: str) -> ConfigError:
+    return ConfigError(
+        f"the artifact bucket {name} exists but is not accessible to these credentials "
+        "(it belongs to another account, or a policy denies s3:ListBucket on it)",
+        hint="pass --artifact-bucket with a name of your own (it is created if missing), "
+        "or use credentials of the account that owns the bucket",
+    )
 
 
 def deploy(config: DeployConfig, progress: Progress = _quiet) -> Deployment:
@@ -147,7 +197,8 @@ def deploy(config: DeployConfig, progress: Progress = _quiet) -> Deployment:
     )
     zipped, digest = package_code(config.code_dir)
     progress(f"packaged the worker code: {len(zipped) / 1e6:.1f} MB, sha256 {digest[:12]}")
-    bucket = _artifact_bucket(region, s3, sts)
+    bucket = artifact_bucket_name(config, region, sts)
+    ensure_artifact_bucket(s3, bucket, region, progress)
     key = f"{config.stack_name}/worker-{digest[:20]}.zip"
     s3.put_object(Bucket=bucket, Key=key, Body=zipped)
     progress(f"uploaded s3://{bucket}/{key}")
@@ -182,9 +233,9 @@ def deploy(config: DeployConfig, progress: Progress = _quiet) -> Deployment:
                 Parameters=params,
                 Capabilities=CAPABILITIES,
             )
-        except Exception as e:
-            if "No updates are to be performed" not in str(e):
-                raise DeployError(f"update of stack {config.stack_name} refused: {e}") from None
+        except ClientError as e:
+            if classify(e) is not Failure.NO_CHANGES:
+                raise DeployError(f"update of stack {config.stack_name} refused: {error_text(e)}") from None
             progress("no changes")
         else:
             _wait(cfn, config.stack_name, "update", config.timeout_s, since=started)
@@ -223,46 +274,53 @@ def status_of(cfn: Any, name: str) -> str | None:
     """The stack's StackStatus, or None when there is no such stack."""
     try:
         stacks = cfn.describe_stacks(StackName=name)["Stacks"]
-    except Exception as e:
-        if "does not exist" in str(e):
+    except ClientError as e:
+        if classify(e) is Failure.MISSING:
             return None
         raise
     return stacks[0]["StackStatus"] if stacks else None
 
 
-def _wait(cfn: Any, name: str, action: str, timeout_s: float, since: float | None = None) -> None:
-    """Poll until the stack settles; a failure raises DeployError naming the first failed resource."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        status = status_of(cfn, name)
-        if status is None and action == "delete":
-            return
-        if status == "DELETE_COMPLETE" and action == "delete":
-            return
-        if status is not None and not status.endswith("_IN_PROGRESS"):
-            if (action == "create" and status == "CREATE_COMPLETE") or (
-                action == "update" and status == "UPDATE_COMPLETE"
-            ):
-                return
+def _wait(cfn: Any, name: str, action: Action, timeout_s: float, since: float | None = None) -> None:
+    """Wait for the stack to settle (boto3's stack_<action>_complete waiter); a failure raises
+    DeployError naming the first failed resource, running out of time one saying so."""
+    attempts = max(1, math.ceil(timeout_s / WAIT_DELAY_S))
+    try:
+        cfn.get_waiter(f"stack_{action}_complete").wait(
+            StackName=name, WaiterConfig={"Delay": WAIT_DELAY_S, "MaxAttempts": attempts}
+        )
+    except WaiterError as e:
+        last = e.last_response or {}
+        if "Error" in last:  # the describe itself failed (a create or update whose stack is gone)
+            raise DeployError(f"stack {name}: {action} stopped: {error_text(last)}") from None
+        stacks = last.get("Stacks") or [{}]
+        status = stacks[0].get("StackStatus", "unknown")
+        if status.endswith("_IN_PROGRESS"):
             raise DeployError(
-                f"stack {name}: {action} ended in {status}: {_first_failure(cfn, name, since)}",
-                hint=f"see the stack events (aws cloudformation describe-stack-events --stack-name {name})",
-            )
-        time.sleep(1.0)
-    raise DeployError(f"stack {name}: {action} did not finish within {timeout_s:.0f} s")
+                f"stack {name}: {action} did not finish within {timeout_s:g} s (still {status})"
+            ) from None
+        raise DeployError(
+            f"stack {name}: {action} ended in {status}: {_first_failure(cfn, name, since)}",
+            hint=f"see the stack events (aws cloudformation describe-stack-events --stack-name {name})",
+        ) from None
 
 
 def _first_failure(cfn: Any, name: str, since: float | None) -> str:
+    """The earliest *_FAILED event since `since` (events come newest first, so paging stops there)."""
+    cutoff = -math.inf if since is None else since - 5  # 5 s of slack between our clock and AWS's
+    failed: list[dict[str, Any]] = []
     try:
-        events = cfn.describe_stack_events(StackName=name)["StackEvents"]
-    except Exception:
-        return "no stack events"
-    failed = [
-        e
-        for e in events
-        if e.get("ResourceStatus", "").endswith("FAILED")
-        and (since is None or e["Timestamp"].timestamp() >= since - 5)
-    ]
+        for page in cfn.get_paginator("describe_stack_events").paginate(StackName=name):
+            events = page.get("StackEvents", [])
+            failed += [
+                e
+                for e in events
+                if e.get("ResourceStatus", "").endswith("FAILED") and e["Timestamp"].timestamp() >= cutoff
+            ]
+            if events and events[-1]["Timestamp"].timestamp() < cutoff:
+                break
+    except ClientError as e:
+        return f"no stack events ({error_text(e)})"
     if not failed:
         return "no failed resource reported"
     first = min(failed, key=lambda e: e["Timestamp"])
@@ -290,8 +348,8 @@ def destroy(deployment: Deployment, stack_dir: Path | None = None, progress: Pro
                 keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
                 if keys:
                     s3.delete_objects(Bucket=bucket, Delete={"Objects": keys})
-        except Exception as e:
-            if "NoSuchBucket" not in str(e):
+        except ClientError as e:
+            if classify(e) is not Failure.MISSING:
                 raise
     progress(f"deleting stack {deployment.stack_name} ...")
     if status_of(cfn, deployment.stack_name) is not None:

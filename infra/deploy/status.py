@@ -13,7 +13,10 @@ import re
 import time
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 from core.deployment import Deployment
+from infra.deploy.aws_errors import Failure, classify
 from infra.deploy.clients import client_for
 from infra.deploy.stack import outputs_of, status_of
 
@@ -85,18 +88,15 @@ def status(deployment: Deployment, window_s: float = 900.0, limit: int = 10) -> 
 
 
 def _log_events(logs: Any, group: str, since_ms: int, max_events: int = 5000) -> list[dict[str, Any]]:
-    events: list[dict[str, Any]] = []
-    kwargs: dict[str, Any] = {"logGroupName": group, "startTime": since_ms}
+    """The group's events since `since_ms`, oldest first, at most `max_events`; none when the group
+    does not exist yet (Lambda creates it on the first invocation's log line)."""
+    pages = logs.get_paginator("filter_log_events").paginate(
+        logGroupName=group, startTime=since_ms, PaginationConfig={"MaxItems": max_events}
+    )
     try:
-        while len(events) < max_events:
-            page = logs.filter_log_events(**kwargs)
-            events.extend(page.get("events", []))
-            token = page.get("nextToken")
-            if not token or token == kwargs.get("nextToken"):
-                break
-            kwargs["nextToken"] = token
-    except Exception as e:
-        if "ResourceNotFound" in type(e).__name__ or "ResourceNotFound" in str(e):
+        events = [event for page in pages for event in page.get("events", [])]
+    except ClientError as e:
+        if classify(e) is Failure.MISSING:
             return []
         raise
     return sorted(events, key=lambda e: e.get("timestamp", 0))
@@ -136,8 +136,8 @@ def _metric(cw: Any, name: str, function_name: str, window_s: float, stat: str) 
             Period=max(60, int(window_s)),
             Statistics=[stat],
         )
-    except Exception:
-        return None
+    except ClientError:
+        return None  # shown as n/a: the report goes on without this one metric
     points = resp.get("Datapoints", [])
     if not points:
         return 0.0

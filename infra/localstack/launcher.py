@@ -31,6 +31,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
+
 from core.errors import ConfigError, MissingDependencyError, SpongeError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -170,14 +172,12 @@ class LocalStackHandle:
 def _is_localstack(pid: int) -> bool:
     """True when `pid` is alive and is a LocalStack runtime (a recycled pid must not be signalled)."""
     try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        try:
-            os.kill(pid, 0)
-        except OSError:
-            return False
-        return True  # no /proc: trust the pid file
-    return LOCALSTACK_MAIN in cmdline
+        cmdline = psutil.Process(pid).cmdline()
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):  # gone, or exited and waiting to be reaped
+        return False
+    except psutil.AccessDenied:  # its arguments cannot be read here: trust the pid file
+        return psutil.pid_exists(pid)
+    return LOCALSTACK_MAIN in " ".join(cmdline)
 
 
 def running(config: LocalStackConfig) -> LocalStackHandle | None:

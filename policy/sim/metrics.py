@@ -50,10 +50,7 @@ def weighted_quantile(values: np.ndarray, weights: np.ndarray, q: float) -> floa
     keep = weights > 0
     if not keep.any():
         return None
-    v, w = values[keep], weights[keep]
-    order = np.argsort(v)
-    cum = np.cumsum(w[order])
-    return float(v[order][int(np.searchsorted(cum, q * cum[-1] - 1e-12, side="left"))])
+    return float(np.quantile(values[keep], q, weights=weights[keep], method="inverted_cdf"))
 
 
 def p99_by_second(result: RunResult, model: LatencyModel, seconds: int) -> list[float | None]:

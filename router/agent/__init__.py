@@ -23,4 +23,30 @@ agent cause the named faults itself (router/faults.py), for drills of the recove
 Where each part lives: config.py (`AgentConfig`, validated once), server.py (`AgentServer`, its life
 cycle, the chunk path and its gRPC face), programs.py (the programs the agent knows and runs itself),
 worker_link.py (a worker's stream as the dispatcher sees it), cli.py and __main__.py (the process).
+The ready line is defined here, beside this description of the process, so that the launcher
+(router/agent_process.py) can read it without importing the server.
 """
+
+from __future__ import annotations
+
+import json
+
+READY_EVENT = "listening"
+
+
+def ready_line(port: int, address: str, session_id: str) -> str:
+    """The JSON line the agent prints on stdout once it serves: the launcher's signal to go on."""
+    return json.dumps({"event": READY_EVENT, "port": port, "address": address, "session_id": session_id})
+
+
+def ready_port(line: str | bytes) -> int | None:
+    """The port a ready line reports, or None for any other line (a launcher skips those)."""
+    try:
+        event = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(event, dict) or event.get("event") != READY_EVENT:
+        return None
+    port = event.get("port")
+    valid = isinstance(port, int) and not isinstance(port, bool) and 0 < port <= 65535
+    return port if valid else None

@@ -1,15 +1,18 @@
 """`python -m router.agent`: the agent as a process, configured from its command line.
 
 Why this contract matters: router/agent_process.py starts the agent with these flags and waits for
-the one JSON line {"event": "listening", ...} on stdout before any task may call it; on SIGTERM or
-SIGINT the agent stops and prints {"event": "stopped", ...counters}. A bad flag or secret is reported
-in one line with exit status 2 before any backend (process or AWS client) is built.
+the one JSON line {"event": "listening", "port": ...} on stdout (router/agent/__init__.py's
+`ready_line`) before any task may call it; on SIGTERM or SIGINT the agent stops and prints
+{"event": "stopped", ...counters}. A bad flag or secret is reported in one line `error: ... (hint)` on
+stderr with exit status 2 before any backend (process or AWS client) is built. Stdout carries only
+those JSON lines; everything the running agent reports goes through `logging` to stderr.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import signal
 import sys
 import threading
@@ -18,6 +21,7 @@ from typing import Any
 from core.errors import SpongeError
 from core.fault_spec import parse_all
 from router import stats
+from router.agent import ready_line
 from router.agent.config import AgentConfig
 from router.agent.server import AgentServer
 from router.dispatcher import DispatchConfig
@@ -26,6 +30,24 @@ from router.fleet import FleetConfig
 from router.invokers import make_invoker
 from router.invokers.base import Invoker
 from router.invokers.lambda_api import INVOCATION_TYPES
+
+logger = logging.getLogger(__name__)
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def configure_logging() -> None:
+    """Send the agent's log records to stderr, stamped with time and level, for whoever reads it: the
+    `.agent.log` beside a run's worker log, and the launcher's report of an agent that failed to start.
+    A no-op when the host process configured logging already (an in-process `main`, pytest)."""
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, stream=sys.stderr)
+
+
+def _refuse(error: SpongeError) -> int:
+    """The command line's answer to a bad flag, secret or bind: one readable line and exit status 2,
+    the same shape as `sponge`'s errors; not a log record, because nothing is running yet."""
+    print(f"error: {error.one_line()}", file=sys.stderr)
+    return 2
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -103,6 +125,7 @@ def _prewarm(agent: AgentServer, invoker: Any, n: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
+    configure_logging()
     try:
         config = AgentConfig(
             secret=AgentConfig.read_secret(args.secret_file),
@@ -121,8 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         check_can_kill(config.faults, can_kill=args.invoker == "embedded")
     except SpongeError as e:  # before any backend is built: a typo must not start processes or clients
-        print(f"error: {e.one_line()}", file=sys.stderr)
-        return 2
+        return _refuse(e)
     invoker: Invoker | None = None
     try:
         invoker = _invoker_from_args(args)
@@ -131,20 +153,16 @@ def main(argv: list[str] | None = None) -> int:
     except SpongeError as e:
         if invoker is not None:
             invoker.close()
-        print(f"error: {e.one_line()}", file=sys.stderr)
-        return 2
+        return _refuse(e)
     if args.prewarm > 0 and invoker is not None and hasattr(invoker, "prewarm"):
         threading.Thread(target=_prewarm, args=(agent, invoker, args.prewarm), daemon=True).start()
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())
-    print(
-        json.dumps(
-            {"event": "listening", "port": port, "address": agent.address, "session_id": config.session_id}
-        ),
-        flush=True,
-    )
+    logger.info("serving on %s, session %s", agent.address, config.session_id)
+    print(ready_line(port, agent.address, config.session_id), flush=True)
     done.wait()
+    logger.info("stopping")
     agent.stop()
     print(json.dumps({"event": "stopped", **agent.stats()}), flush=True)
     return 0

@@ -13,6 +13,11 @@ from core.wire.arrow_ipc import decode, encode
 from lambda_worker.program import ProgramCache, ProgramSpec
 
 
+class UnknownProgram(ConfigError):
+    """A chunk names a program this agent was never told about (it restarted since, or the caller never
+    sent the spec): unlike other bad requests, the caller can fix it by sending the spec again."""
+
+
 class ProgramRegistry:
     """Program specs the agent has been told about, and their compiled form for local runs."""
 
@@ -33,7 +38,7 @@ class ProgramRegistry:
                     )
                 self._specs[program_id] = spec.dumps()
             if program_id not in self._specs:
-                raise ConfigError(
+                raise UnknownProgram(
                     f"unknown program {program_id!r}", hint="send the program spec with the first chunk"
                 )
             return self._specs[program_id]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
+import logging
 import threading
 from collections.abc import Iterator
 from concurrent import futures
@@ -23,6 +23,7 @@ from core.direct_sink import write_chunk
 from core.errors import ConfigError, SpongeError
 from core.wire.arrow_ipc import checksum, decode
 from core.wire.protocol import (
+    ERROR_TYPE_METADATA,
     PROTOCOL_VERSION,
     SECRET_METADATA,
     SERVER_OPTIONS,
@@ -33,13 +34,15 @@ from core.wire.protocol import (
 )
 from router import stats
 from router.agent.config import AgentConfig
-from router.agent.programs import ProgramRegistry
+from router.agent.programs import ProgramRegistry, UnknownProgram
 from router.agent.worker_link import CLOSE, StreamLink
 from router.dispatcher import ChunkFailed, ChunkOutcome, ChunkTask, Dispatcher
 from router.faults import AgentFaults
 from router.fleet import FleetManager
 from router.invokers.base import Invoker
 from router.result_cache import ChunkKey, ResultCache
+
+logger = logging.getLogger(__name__)
 
 
 class AgentServer:
@@ -126,8 +129,8 @@ class AgentServer:
                 self.faults.tick()
                 self.dispatcher.tick()
                 self._scale()
-            except Exception as e:  # the watchdog must survive anything
-                print(f"agent tick failed: {type(e).__name__}: {e}", file=sys.stderr)
+            except Exception:  # the watchdog must survive anything
+                logger.exception("agent tick failed")
 
     def _scale(self) -> None:
         if self.fleet is None:
@@ -179,7 +182,11 @@ def _forward(src: futures.Future[Any], dst: futures.Future[Any]) -> None:
 
 
 class _Servicer:
-    """The gRPC face of the agent (registered as sponge.agent.Agent)."""
+    """The gRPC face of the agent (registered as sponge.agent.Agent).
+
+    Every failed VM-side call ends with the status code the caller acts on (the list is at `Offload` in
+    core/wire/agent.proto) and names the failure's class in the x-sponge-error-type trailer.
+    """
 
     def __init__(self, agent: AgentServer) -> None:
         self.agent = agent
@@ -188,19 +195,28 @@ class _Servicer:
 
     # ---- VM side ----
 
+    def _fail(self, context: Any, code: Any, error_type: str, message: str) -> None:
+        """End the call with `code` (what the caller can do) and `error_type` in the trailer (what failed)."""
+        context.set_trailing_metadata(((ERROR_TYPE_METADATA, error_type),))
+        context.abort(code, message)
+
     def _check_caller(self, context: Any) -> None:
         presented = dict(context.invocation_metadata()).get(SECRET_METADATA, "")
         if not secret_matches(self.agent.config.secret, presented):
             self.agent.counters.add(stats.REJECTED_CALLERS)
-            context.abort(self.grpc.StatusCode.UNAUTHENTICATED, "missing or wrong session secret")
+            code = self.grpc.StatusCode.UNAUTHENTICATED
+            self._fail(context, code, "WrongSecret", "missing or wrong session secret")
 
     def Offload(self, request: Any, context: Any) -> Any:
+        codes = self.grpc.StatusCode
         self._check_caller(context)
         key = ChunkKey(request.epoch, request.partition, request.chunk_seq, request.program_id)
         try:
             fut, cached = self.agent.offload(key, request.program, request.payload)
+        except UnknownProgram as e:
+            self._fail(context, codes.NOT_FOUND, type(e).__name__, e.one_line())
         except ConfigError as e:
-            context.abort(self.grpc.StatusCode.INVALID_ARGUMENT, e.one_line())
+            self._fail(context, codes.INVALID_ARGUMENT, type(e).__name__, e.one_line())
         remaining = context.time_remaining()
         if remaining is not None:
             # Answer "not done yet" a little before the caller's deadline, so it gets this status (and
@@ -209,15 +225,12 @@ class _Servicer:
         try:
             outcome: ChunkOutcome = fut.result(timeout=remaining)
         except futures.TimeoutError:
-            context.abort(self.grpc.StatusCode.DEADLINE_EXCEEDED, "chunk not done yet; retry to collect it")
-        except ChunkFailed as e:
-            context.set_trailing_metadata((("x-sponge-error-type", e.error_type),))
-            code = (
-                self.grpc.StatusCode.UNAVAILABLE
-                if e.error_type == "AgentStopping"
-                else self.grpc.StatusCode.INTERNAL
+            self._fail(
+                context, codes.DEADLINE_EXCEEDED, "NotDoneYet", "chunk not done yet; ask again to collect it"
             )
-            context.abort(code, f"{e.error_type}: {e.detail}")
+        except ChunkFailed as e:
+            code = codes.UNAVAILABLE if e.error_type == "AgentStopping" else codes.INTERNAL
+            self._fail(context, code, e.error_type, f"{e.error_type}: {e.detail}")
         payload, crc = outcome.payload, outcome.checksum
         if request.sink_file:
             self._write_sink(request.sink_file, payload, context)
@@ -241,7 +254,7 @@ class _Servicer:
         try:
             write_chunk(path, decode(payload))
         except OSError as e:
-            context.abort(self.grpc.StatusCode.INTERNAL, f"SinkWriteFailed: cannot write {path}: {e}")
+            self._fail(context, self.grpc.StatusCode.INTERNAL, "SinkWriteFailed", f"cannot write {path}: {e}")
 
     def Stats(self, request: Any, context: Any) -> Any:
         self._check_caller(context)

@@ -16,8 +16,9 @@ Invocations are synchronous (RequestResponse-like): the handle resolves when the
 `kill(worker_id)` SIGKILLs the process serving a worker's invocation (the agent's
 `--inject kill-worker`). The processes never outlive the fleet's process, even when it is SIGKILLed
 and cannot clean up: each asks the kernel to kill it when its parent dies (PR_SET_PDEATHSIG, see
-lambda_worker/local_runtime.py), and they are all started from one long-lived thread of the fleet,
-because Linux sends that signal when the *thread* that forked the child ends, not the process.
+core/parent_death.py, armed in lambda_worker/local_runtime.py), and they are all started from one
+long-lived thread of the fleet, because Linux sends that signal when the *thread* that forked the
+child ends, not the process.
 """
 
 from __future__ import annotations

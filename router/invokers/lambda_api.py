@@ -147,6 +147,7 @@ class Boto3Invoker(Invoker):
             kwargs["Qualifier"] = self.config.qualifier
         attempt = 0
         started = time.monotonic()
+        # Our loop, not botocore's: only an error proving the worker did not run may be retried.
         while True:
             try:
                 response = self.client.invoke(**kwargs)

@@ -126,6 +126,7 @@ def test_cli_commands_teach_and_fail_in_one_line(tmp_path: Path) -> None:
     helped = subprocess.run([*sponge, "deploy", "--help"], capture_output=True, text=True, timeout=60)
     text = " ".join(helped.stdout.split())  # the help is wrapped to the terminal's width
     assert helped.returncode == 0 and "--parameter" in text and "make localstack" in text
+    assert "--artifact-bucket" in text
     for command in ("status", "destroy"):
         p = subprocess.run(
             [*sponge, command, "--target", "localstack", "--stack-dir", str(tmp_path)],

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -107,11 +109,32 @@ def test_unknown_programs_and_callers_without_the_secret_are_refused(make_agent,
         bare = agent_pb2.OffloadRequest(epoch=1, program_id=spec.program_id, payload=encode(data, "zstd"))
         with pytest.raises(OffloadError) as info:  # without the spec, asking again cannot help
             client.offload_raw(bare)
-        assert info.value.code == "INVALID_ARGUMENT" and "unknown program" in str(info.value)
+        assert info.value.code == "NOT_FOUND" and info.value.error_type == "UnknownProgram"
         client._known.add(spec.program_id)  # as after an agent restart: the client thinks it was sent
         assert client.offload(1, 0, 0, spec, data).rows_in == data.num_rows  # resent with the spec
         assert client.retries == 1
         assert client.stats()[stats.REJECTED_CALLERS] == 1
+
+
+def test_a_failing_tick_is_logged_with_its_traceback_and_the_agent_keeps_ticking(  # type: ignore[no-untyped-def]
+    make_agent, caplog, monkeypatch
+) -> None:
+    agent = make_agent(None)
+    ticks: list[float] = []
+
+    def broken_tick() -> None:
+        ticks.append(time.monotonic())
+        raise RuntimeError("the watchdog tripped")
+
+    with caplog.at_level(logging.ERROR, logger="router.agent.server"):
+        monkeypatch.setattr(agent.dispatcher, "tick", broken_tick)
+        deadline = time.monotonic() + 10
+        while len(ticks) < 2:
+            assert time.monotonic() < deadline, "the tick loop stopped"
+            time.sleep(0.02)
+    record = next(r for r in caplog.records if r.getMessage() == "agent tick failed")
+    assert record.levelno == logging.ERROR and record.exc_info is not None
+    assert "RuntimeError: the watchdog tripped" in caplog.text
 
 
 def _hello(agent, worker_id: str, token: str, version: int = PROTOCOL_VERSION):  # type: ignore[no-untyped-def]

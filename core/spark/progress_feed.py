@@ -1,0 +1,61 @@
+"""Every micro-batch's progress of one named streaming query, each exactly once, and how it ended.
+
+Spark posts a progress event per batch to the session's `StreamingQueryListener`s; polling
+`lastProgress` instead sees only the newest, and `recentProgress` keeps the last hundred, so a
+poller that falls behind loses batches and one that keeps up costs the driver a share of a core.
+The listener runs on py4j's callback thread; it only queues, and the run's own thread takes the
+progress from the queue, so callers' progress hooks run where they always did.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from pyspark.sql.streaming import StreamingQueryListener
+
+
+class ProgressFeed(StreamingQueryListener):
+    """Progress and termination of every run of the query named `name` (restarts keep the name)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._ids: set[str] = set()
+        self._ready: list[dict[str, Any]] = []
+        self._failure: str | None = None
+        self._changed = threading.Condition()
+
+    def onQueryStarted(self, event: Any) -> None:
+        if event.name == self._name:
+            with self._changed:
+                self._ids.add(str(event.id))
+
+    def onQueryProgress(self, event: Any) -> None:
+        if event.progress.name != self._name:
+            return
+        with self._changed:
+            self._ready.append(event.progress)  # what `lastProgress` gives: offsets as JSON text
+            self._changed.notify_all()
+
+    def onQueryIdle(self, event: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:
+        with self._changed:
+            if str(event.id) in self._ids and event.exception:
+                self._failure = event.exception
+                self._changed.notify_all()
+
+    def take(self, timeout_s: float) -> list[dict[str, Any]]:
+        """The progress posted since the last call, waiting up to `timeout_s` for some."""
+        with self._changed:
+            if not self._ready and self._failure is None:
+                self._changed.wait(max(timeout_s, 0.0))
+            ready, self._ready = self._ready, []
+            return ready
+
+    @property
+    def failure(self) -> str | None:
+        """The error the query ended with, if it failed (a stop asked for is not a failure)."""
+        with self._changed:
+            return self._failure

@@ -1,0 +1,120 @@
+"""The launcher gives up on an agent that is not ready in time, and says why.
+
+Stand-ins (tiny `python -c` scripts) take the agent's place where it has to misbehave: silent and
+never listening, exiting at once, or announcing a port it never serves. The real agent is started
+where its own output is under test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core.errors import ConfigError, SpongeError
+from router.agent_process import AgentProcess, AgentProcessConfig, free_port, write_secret
+
+pytestmark = pytest.mark.timeout(60)
+
+DEADLINE_S = 1.0
+MARGIN_S = 5.0  # the launcher's own work after the deadline (kill, reap) on a loaded machine
+
+
+PID = "open(sys.argv[1], 'w').write(str(os.getpid()))\n"
+"""A stand-in's first line: it writes its pid where the test can check that it is gone."""
+
+
+@dataclass(frozen=True)
+class StandInConfig(AgentProcessConfig):
+    """An agent process config whose command line is a stand-in script instead of the agent."""
+
+    script: str = ""
+
+    def argv(self) -> list[str]:
+        pid_file = self.secret_file.parent / "stand-in.pid"
+        return [sys.executable, "-c", "import os, sys, time\n" + PID + self.script, str(pid_file)]
+
+
+def _stand_in(tmp_path: Path, script: str, **kwargs: Any) -> StandInConfig:
+    return StandInConfig(
+        secret_file=tmp_path / "secret", max_workers=0, start_timeout_s=DEADLINE_S, script=script, **kwargs
+    )
+
+
+def _gone(pid_file: Path) -> bool:
+    """True when the stand-in that wrote `pid_file` no longer exists (killed and reaped)."""
+    pid = int(pid_file.read_text())
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def _start_fails(config: AgentProcessConfig) -> tuple[SpongeError, float]:
+    agent = AgentProcess(config)
+    started = time.monotonic()
+    with pytest.raises(SpongeError) as info:
+        agent.start()
+    return info.value, time.monotonic() - started
+
+
+def test_a_silent_agent_that_never_listens_is_killed_at_the_deadline(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    config = _stand_in(tmp_path, "time.sleep(3600)\n")
+    error, took = _start_fails(config)
+    assert DEADLINE_S <= took < DEADLINE_S + MARGIN_S
+    assert f"not ready within {DEADLINE_S:g} s" in error.message and "printed no ready line" in error.message
+    assert "start_timeout_s" in error.hint
+    assert _gone(tmp_path / "stand-in.pid")
+
+
+def test_an_agent_that_announces_a_port_it_never_serves_is_killed_at_the_deadline(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    port = free_port()
+    ready = json.dumps({"event": "listening", "port": port})
+    config = _stand_in(tmp_path, f"print({ready!r}, flush=True)\ntime.sleep(3600)\n", port=port)
+    error, took = _start_fails(config)
+    assert DEADLINE_S <= took < DEADLINE_S + MARGIN_S
+    assert f"reported port {port} but did not serve gRPC" in error.message
+    assert _gone(tmp_path / "stand-in.pid")
+
+
+def test_an_agent_that_exits_early_is_reported_with_its_status_and_stderr(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    log = tmp_path / "run" / "workers.log"
+    config = _stand_in(tmp_path, "print('no secret here', file=sys.stderr)\nsys.exit(3)\n", log_path=log)
+    error, took = _start_fails(config)
+    assert took < DEADLINE_S  # no need to wait for the deadline: it is gone
+    assert "exited with status 3" in error.message and "no secret here" in error.message
+    assert str(log.with_suffix(".agent.log")) in error.hint
+
+
+def test_the_start_deadline_must_be_positive(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ConfigError, match="start_timeout_s"):
+        AgentProcessConfig(secret_file=tmp_path / "secret", max_workers=1, start_timeout_s=0)
+
+
+@pytest.mark.slow  # the agent as its own process
+def test_the_real_agent_starts_logs_with_time_and_level_and_stops(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    log = tmp_path / "workers.log"
+    config = AgentProcessConfig(
+        secret_file=write_secret(tmp_path / "secret"), max_workers=1, log_path=log, start_timeout_s=30
+    )
+    agent = AgentProcess(config)
+    agent.start()
+    assert agent.stop()["chunks_done"] == 0
+    lines = log.with_suffix(".agent.log").read_text().splitlines()
+    serving = next(line for line in lines if f"serving on {agent.address}" in line)
+    assert " INFO router.agent.cli: " in serving and serving[:4].isdigit()  # time first, then the level
+
+
+@pytest.mark.slow  # the agent as its own process
+def test_a_real_agent_that_refuses_its_flags_is_reported_in_its_own_words(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    weak = tmp_path / "secret"
+    weak.write_text("short")
+    error, _ = _start_fails(AgentProcessConfig(secret_file=weak, max_workers=1, start_timeout_s=30))
+    assert "exited with status 2" in error.message and "at least 16 bytes" in error.message
