@@ -1,5 +1,6 @@
 # Two commands do everything on a fresh machine:  make drill  and  make test.
 # Both set the project up on first use (virtualenv in .venv, pinned dependencies, Java check).
+# make test-fast sets up only what its in-process tests import: the virtualenv (see setup-fast).
 
 SHELL := /bin/bash
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
@@ -7,9 +8,16 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test test-fast drill lint bench clean java node localstack-setup localstack localstack-stop
+.PHONY: setup setup-fast test test-fast drill lint bench bench-offload clean \
+        java node localstack-setup localstack localstack-stop
 
-setup: $(STAMP) localstack-setup node
+# Everything the whole suite and the drill use: Java for Spark, the project's virtualenv, LocalStack's own
+# virtualenv (the slow lane's --target localstack tests), node for the CDK comparison test.
+setup: java $(STAMP) localstack-setup node
+
+# The fast lane's tests run in this process (tests/conftest.py fails one that starts Spark, the agent,
+# workers or LocalStack), so they need the project's virtualenv only: no Java, LocalStack or node.
+setup-fast: $(STAMP)
 
 # The CDK app synthesises through jsii, which runs on node (tests/infra/test_cdk_matches_template.py).
 node:
@@ -33,7 +41,8 @@ java:
 	  fi; \
 	fi
 
-$(STAMP): pyproject.toml constraints.txt core/wire/agent.proto | java
+# The project's virtualenv: pinned dependencies with the dev extras, and the generated gRPC code.
+$(STAMP): pyproject.toml constraints.txt core/wire/agent.proto
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' || \
 	  { echo "error: Python 3.11+ is needed (found $$($(PYTHON) --version)); set PYTHON=/path/to/python3.11" >&2; exit 1; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -46,7 +55,7 @@ $(STAMP): pyproject.toml constraints.txt core/wire/agent.proto | java
 test: setup
 	$(BIN)/python -m pytest
 
-test-fast: setup
+test-fast: setup-fast
 	$(BIN)/python -m pytest -m "not spark and not slow"
 
 drill: setup
@@ -60,6 +69,12 @@ bench: setup
 
 bench-offload: setup
 	$(BIN)/python -m bench.offload
+
+# Plants five deliberate bugs, one at a time, in a copy of the tree and checks that tests catch each
+# (tests/mutation_check.py; takes a while: it runs Spark end-to-end tests per bug).
+.PHONY: mutation-check
+mutation-check: setup
+	$(BIN)/python -m tests.mutation_check
 
 # LocalStack in host mode (no Docker) from its own virtualenv; docs/localstack.md.
 localstack-setup:

@@ -96,10 +96,10 @@ class Deployment:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Deployment:
         return cls(
-            target=str(data["target"]),
-            stack_name=str(data["stack_name"]),
-            region=str(data["region"]),
-            function_name=str(data["function_name"]),
+            target=_text(data, "target"),
+            stack_name=_text(data, "stack_name"),
+            region=_text(data, "region"),
+            function_name=_text(data, "function_name"),
             endpoint_url=data.get("endpoint_url") or None,
             qualifier=data.get("qualifier") or None,
             function_timeout_s=float(data.get("function_timeout_s") or 300),
@@ -124,6 +124,14 @@ class Deployment:
         }
 
 
+def _text(data: Mapping[str, Any], key: str) -> str:
+    """A required string field (KeyError when absent): a null or a number is not quietly made a name."""
+    value = data[key]
+    if not isinstance(value, str):
+        raise TypeError(f"{key!r} must be a string, got {value!r}")
+    return value
+
+
 def redeploy_hint(target: str) -> str:
     return f"run sponge deploy --target {target}"
 
@@ -133,17 +141,40 @@ def stack_file(target: str, stack_dir: Path | None = None) -> Path:
 
 
 def load_deployment(target: str, stack_dir: Path | None = None) -> Deployment:
-    """The deployment recorded for `target`, or a ConfigError that says how to make one."""
+    """The deployment recorded for `target`, or a ConfigError that names the file and says how to make one.
+
+    Why every failure becomes one ConfigError: the file is written by `sponge deploy` and read by every
+    `sponge run --target`; a truncated or hand-edited one must tell the user to deploy again (which
+    rewrites it), not end in a KeyError or a JSON decoder's traceback.
+    """
     if target not in TARGETS:
         raise ConfigError(f"unknown deploy target {target!r}", hint=f"use one of {', '.join(TARGETS)}")
     path = stack_file(target, stack_dir)
+    hint = redeploy_hint(target)
     try:
-        data = json.loads(path.read_text())
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigError(f"no deployed stack for {target} (no {path})", hint=redeploy_hint(target)) from None
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"cannot read {path}: {e}", hint=redeploy_hint(target)) from None
+        raise ConfigError(f"no deployed stack for {target} (no {path})", hint=hint) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"cannot read the stack file {path}: {e}", hint=hint) from None
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        raise ConfigError(
+            f"the stack file {path} is not valid JSON, truncated or edited? ({e})", hint=hint
+        ) from None
+    if not isinstance(data, Mapping):
+        raise ConfigError(
+            f"the stack file {path} holds a JSON {type(data).__name__}, not an object", hint=hint
+        )
+    if data.get("target", target) != target:
+        raise ConfigError(
+            f"the stack file {path} records a deployment to {data['target']!r}, not {target}", hint=hint
+        )
     try:
         return Deployment.from_json(data)
-    except (KeyError, TypeError, ValueError) as e:
-        raise ConfigError(f"{path} is not a stack file ({e})", hint=redeploy_hint(target)) from None
+    except KeyError as e:
+        raise ConfigError(f"the stack file {path} lacks the field {e}", hint=hint) from None
+    except (TypeError, ValueError, ConfigError) as e:
+        detail = e.message if isinstance(e, ConfigError) else str(e)
+        raise ConfigError(f"the stack file {path} is not a deployment record ({detail})", hint=hint) from None

@@ -70,11 +70,40 @@ def committed_ends(checkpoint: Path) -> dict[str, int]:
     batches = [int(f.name) for f in commits.iterdir() if f.name.isdigit()]
     if not batches:
         return {}
-    offsets = checkpoint / "offsets" / str(max(batches))
-    lines = offsets.read_text().splitlines()
+    return _direct_sink_ends(checkpoint / "offsets" / str(max(batches)))
+
+
+def _direct_sink_ends(offsets: Path) -> dict[str, int]:
+    """Entity -> end offset of each direct-sink stream in one entry of Spark's offsets log.
+
+    Why strict: which chunk files count is decided by these numbers alone, so an entry that cannot be
+    read must stop the reader (an InputError naming the file) rather than count too many rows or too few.
+    """
+    hint = (
+        "the checkpoint is damaged (Spark writes this entry before it commits the epoch): run the query "
+        f"again to rewrite the output; {OFFLOADED_DIR}/ cannot be counted without it"
+    )
+    try:
+        lines = offsets.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        detail = e.strerror if isinstance(e, OSError) else str(e)
+        raise InputError(
+            f"cannot read the checkpoint's offsets entry {offsets}: {detail}", hint=hint
+        ) from None
+    if len(lines) < 3 or not lines[0].startswith("v"):
+        # A whole entry has a version line, the batch's metadata and one line per source.
+        raise InputError(f"{offsets} is not a whole Spark offsets log entry (truncated?)", hint=hint)
     ends: dict[str, int] = {}
-    for line in lines[2:]:  # "v1", the batch's metadata, then one offset per source
-        offset = json.loads(line) if line.strip().startswith("{") else {}
-        if DIRECT_SINK_TAG in offset:
-            ends[offset[DIRECT_SINK_TAG]] = int(offset["event"])
+    for number, line in enumerate(lines[2:], start=3):
+        if line.strip() == "-":
+            continue  # a source without an offset yet
+        try:
+            offset = json.loads(line)  # each source's own JSON: only ours carry the tag
+            if isinstance(offset, dict) and DIRECT_SINK_TAG in offset:
+                ends[str(offset[DIRECT_SINK_TAG])] = int(offset["event"])
+        except (ValueError, TypeError, KeyError) as e:
+            detail = f"no {e}" if isinstance(e, KeyError) else str(e)
+            raise InputError(
+                f"{offsets} line {number} is not a source offset ({detail})", hint=hint
+            ) from None
     return ends

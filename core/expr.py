@@ -1,8 +1,31 @@
 """A small typed expression tree: one definition of projections and predicates, two backends.
 
 Queries state their per-record logic once as `Expr` values. `core/spark/expr_spark.py` lowers them to
-Spark Columns for the VM path and `core/expr_polars.py` to polars expressions for the Lambda workers,
-so the two paths cannot disagree about what a query computes (tests check that they agree).
+Spark Columns for the VM path and `core/expr_polars.py` to polars expressions for the Lambda workers.
+Offloading moves records from one to the other, so both must compute the same value for every row;
+`tests/core/spark/test_expr_parity.py` checks that they do, nulls and awkward values included.
+
+What an expression means (Spark SQL's try_ evaluation mode, which both backends implement):
+
+- A null operand gives a null result, except in AND/OR (three-valued: false AND null is false, true OR
+  null is true; NOT null is null) and an IN with an empty list (false, even for a null operand).
+- An arithmetic or cast result that has no value of its type is null, never an error and never
+  wrapped: int64 `+ - *` that overflow, `/` and `%` by zero (0, 0.0 or -0.0, whatever the dividend),
+  and a float cast to int64 that is NaN, +-inf or outside int64 (truncation toward zero otherwise).
+  One corner follows Spark's range check, which is done in double: 2.0**63 casts to int64's maximum.
+- `/` always divides as float64. `%` takes the dividend's sign (C's fmod, Java's and Spark's `%`),
+  exactly for floats too, so x % +-inf is x for a finite x. Other float arithmetic is IEEE 754.
+- An int64 meeting a float64 (arithmetic, comparison, IN) is converted to float64 first.
+- Comparisons: NaN equals NaN and is greater than every other float, -0.0 equals 0.0, strings compare
+  by their UTF-8 bytes, false < true, timestamps as instants.
+- `x IN (v1, ..., vn)` is `x = v1 OR ... OR x = vn`, so a miss against a list holding a null is null.
+- TIMESTAMP values are UTC instants in microseconds; a naive datetime literal is read as UTC.
+
+Why null rather than an error: an expression that raises fails the whole streaming query on one odd
+record, and Spark 4 raises by default (spark.sql.ansi.enabled is on, and the product's session keeps
+it), while polars would have to compute an error flag to raise at all. The Spark lowering uses the
+try_ functions, so it means the same whether or not the session runs in ANSI mode; for `/` and `%` the
+result is also what Spark gives with ANSI off.
 """
 
 from __future__ import annotations
@@ -10,6 +33,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from enum import StrEnum
 
 from core.errors import PlanError
@@ -31,12 +55,10 @@ Schema = Mapping[str, DType]
 ARITHMETIC = ("+", "-", "*", "/", "%")
 COMPARISON = ("==", "!=", "<", "<=", ">", ">=")
 
-# Operators every backend spells with Python's own operators (Spark Columns and polars expressions
-# both overload them); "/" and "%" differ between backends and are lowered by each one.
+# Comparisons every backend spells with Python's own operators (Spark Columns and polars expressions
+# both overload them, with the semantics above). Arithmetic is lowered by each backend: the overloaded
+# operators raise in Spark's ANSI mode and wrap on int64 overflow in polars.
 PYTHON_OPERATORS = {
-    "+": operator.add,
-    "-": operator.sub,
-    "*": operator.mul,
     "==": operator.eq,
     "!=": operator.ne,
     "<": operator.lt,
@@ -197,7 +219,18 @@ class IsIn(Expr):
     values: tuple[object, ...]
 
     def dtype(self, schema: Schema) -> DType:
-        self.arg.dtype(schema)
+        """Bool; each value must be null or comparable with the operand (as `==` would need).
+
+        Without the check a string operand against a number would reach Spark's implicit cast, which
+        raises in ANSI mode, and polars, which refuses to compare at all.
+        """
+        t = self.arg.dtype(schema)
+        for v in self.values:
+            if v is None:
+                continue
+            vt = lit(v).type_
+            if vt != t and not (vt in NUMERIC and t in NUMERIC):
+                raise PlanError(f"isin on a {t.value} operand cannot hold {v!r}")
         return DType.BOOL
 
     def columns(self) -> frozenset[str]:
@@ -232,4 +265,20 @@ def lit(value: object) -> Lit:
         return Lit(value, DType.FLOAT64)
     if isinstance(value, str):
         return Lit(value, DType.STRING)
-    raise PlanError(f"unsupported literal {value!r}", hint="use int, float, str or bool literals")
+    if isinstance(value, datetime):
+        return Lit(value, DType.TIMESTAMP)
+    raise PlanError(f"unsupported literal {value!r}", hint="use int, float, str, bool or datetime literals")
+
+
+def epoch_micros(value: object) -> int:
+    """A TIMESTAMP literal as microseconds since the epoch; a naive datetime is read as UTC.
+
+    Both backends build timestamp literals from this integer, so neither reads a naive datetime in the
+    machine's local time zone (pyspark would).
+    """
+    if not isinstance(value, datetime):
+        raise PlanError(f"a timestamp literal must be a datetime, got {value!r}")
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    delta = value - datetime(1970, 1, 1, tzinfo=UTC)
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds

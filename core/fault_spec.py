@@ -6,12 +6,20 @@ by the component that owns the victim:
 
 | kind            | who injects it     | what happens                                                    |
 |-----------------|--------------------|-----------------------------------------------------------------|
-| kill-worker     | VM agent           | every `every`, one worker process is killed mid-work             |
+| kill-worker     | VM agent           | one worker process is killed mid-work: every `every` seconds, or |
+|                 |                    | once, when the `after-chunks`-th chunk has been dispatched       |
 | throttle        | VM agent (invoker) | a `share` of invokes fails with Lambda's throttling error        |
 | slow-worker     | VM agent -> worker | a `share` of chunks stalls `delay` on its worker (past timeouts) |
-| agent-restart   | runner             | the agent process is killed at `at` and started again           |
+| agent-restart   | runner             | the agent process is killed and started again: at `at` seconds, |
+|                 |                    | or once epoch `after-epoch` has committed                       |
 | task-failure    | Spark source tasks | a `share` of source tasks fails its first attempt               |
-| query-restart   | runner             | the streaming query stops at `at` and resumes from its checkpoint |
+| query-restart   | runner             | the streaming query stops and resumes from its checkpoint: at   |
+|                 |                    | `at` seconds, or once epoch `after-epoch` has committed         |
+
+Why two kinds of trigger: a wall-clock trigger (`at`, `every`) is what a drill wants (a fault in the
+middle of a burst); an event trigger (`after-epoch`, `after-chunks`) fires at the same point of the
+run however fast the machine is, so a failing test replays from its seed. Share-based faults draw
+from a seeded generator either way.
 """
 
 from __future__ import annotations
@@ -29,23 +37,33 @@ AGENT_RESTART = "agent-restart"
 TASK_FAILURE = "task-failure"
 QUERY_RESTART = "query-restart"
 
-# kind -> {parameter: default (None = required)}; "share" is a fraction, the others durations.
+# kind -> {parameter: default (None = required)}; "share" is a fraction, COUNTS are whole numbers,
+# the others durations. A kind in TRIGGERS takes exactly one of its trigger parameters instead.
 KINDS: dict[str, dict[str, str | None]] = {
-    KILL_WORKER: {"every": None},
+    KILL_WORKER: {},
     THROTTLE: {"share": None},
     SLOW_WORKER: {"share": None, "delay": "30s"},
-    AGENT_RESTART: {"at": None},
+    AGENT_RESTART: {},
     TASK_FAILURE: {"share": None},
-    QUERY_RESTART: {"at": None},
+    QUERY_RESTART: {},
 }
+TRIGGERS: dict[str, tuple[str, ...]] = {
+    KILL_WORKER: ("every", "after-chunks"),
+    AGENT_RESTART: ("at", "after-epoch"),
+    QUERY_RESTART: ("at", "after-epoch"),
+}
+COUNTS = ("after-chunks", "after-epoch")
 AGENT_KINDS = (KILL_WORKER, THROTTLE, SLOW_WORKER)
 EXAMPLES = (
     "kill-worker:every=2s",
+    "kill-worker:after-chunks=10",
     "throttle:share=0.2",
     "slow-worker:share=0.1,delay=30s",
     "agent-restart:at=10s",
+    "agent-restart:after-epoch=3",
     "task-failure:share=0.05",
     "query-restart:at=15s",
+    "query-restart:after-epoch=5",
 )
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m)?\s*$")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, None: 1.0}
@@ -69,6 +87,9 @@ class FaultSpec:
     def __getitem__(self, name: str) -> float:
         return dict(self.params)[name]
 
+    def get(self, name: str) -> float | None:
+        return dict(self.params).get(name)
+
     @classmethod
     def parse(cls, text: str) -> FaultSpec:
         kind, _, rest = text.strip().partition(":")
@@ -78,32 +99,58 @@ class FaultSpec:
                 f"unknown fault kind {kind!r} in --inject {text!r}",
                 hint=f"use one of {', '.join(KINDS)}, e.g. {EXAMPLES[0]}",
             )
+        accepted = (*KINDS[kind], *TRIGGERS.get(kind, ()))
         given: dict[str, str] = {}
         for part in filter(None, (p.strip() for p in rest.split(","))):
             key, eq, value = part.partition("=")
             key = key.strip().lower()
-            if not eq or key not in KINDS[kind]:
+            if not eq or key not in accepted:
                 raise ConfigError(
                     f"--inject {text!r}: {part!r} is not a parameter of {kind}",
-                    hint=f"{kind} takes {', '.join(f'{k}=...' for k in KINDS[kind])}",
+                    hint=f"{kind} takes {', '.join(f'{k}=...' for k in accepted)}",
                 )
             given[key] = value.strip()
+        examples = " or ".join(e for e in EXAMPLES if e.startswith(kind + ":"))
+        triggers = [t for t in TRIGGERS.get(kind, ()) if t in given]
+        if kind in TRIGGERS and len(triggers) != 1:
+            what = "lacks" if not triggers else "takes only one of"
+            raise ConfigError(
+                f"--inject {text!r} {what} {' or '.join(f'{t}=' for t in TRIGGERS[kind])}",
+                hint=f"write e.g. {examples}",
+            )
         params: list[tuple[str, float]] = []
-        for key, default in KINDS[kind].items():
-            value = given.get(key, default)
+        for key in (*KINDS[kind], *triggers):
+            value = given.get(key, KINDS[kind].get(key))
             if value is None:
-                example = next(e for e in EXAMPLES if e.startswith(kind))
-                raise ConfigError(f"--inject {text!r} lacks {key}=", hint=f"write e.g. {example}")
-            params.append((key, _share(value, text) if key == "share" else parse_duration(value, key)))
+                raise ConfigError(f"--inject {text!r} lacks {key}=", hint=f"write e.g. {examples}")
+            params.append((key, _parse_value(key, value, text)))
         spec = cls(kind, tuple(params))
-        if kind == KILL_WORKER and spec["every"] <= 0:
+        if kind == KILL_WORKER and spec.get("every") is not None and spec["every"] <= 0:
             raise ConfigError(f"--inject {text!r}: every must be positive")
         return spec
 
     def text(self) -> str:
         """The canonical spelling, which parses back to an equal spec (passed on to the agent)."""
-        body = ",".join(f"{k}={v:g}" if k == "share" else f"{k}={v:g}s" for k, v in self.params)
+        body = ",".join(f"{k}={_format_value(k, v)}" for k, v in self.params)
         return f"{self.kind}:{body}"
+
+
+def _parse_value(key: str, value: str, text: str) -> float:
+    if key == "share":
+        return _share(value, text)
+    if key in COUNTS:
+        if not value.isdigit():
+            raise ConfigError(
+                f"--inject {text!r}: {key} {value!r} is not a whole number", hint=f"write e.g. {key}=3"
+            )
+        return float(int(value))
+    return parse_duration(value, key)
+
+
+def _format_value(key: str, value: float) -> str:
+    if key in COUNTS:
+        return str(int(value))
+    return f"{value:g}" if key == "share" else f"{value:g}s"
 
 
 def _share(value: str, text: str) -> float:

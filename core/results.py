@@ -17,6 +17,7 @@ import datetime as _dt
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -232,25 +233,31 @@ def _examples(names: Sequence[str], rows: list[Row]) -> list[str]:
     return lines
 
 
-def diff_results(
-    actual: pa.Table, expected: pa.Table, rel_tol: float = 1e-9, *, abs_tol: float = 0.0
-) -> str | None:
-    """None when `actual` and `expected` hold the same multiset of rows, else a short description.
+@dataclass(frozen=True)
+class RecordCheck:
+    """How `actual` departs from `expected`, row by row: `lost` rows are expected but missing (or
+    missing some of their copies), `duplicated` rows are expected but present more often, and
+    `unexpected` rows match no expected row at all. All empty means the same multiset of rows."""
 
-    Column names, order and types must match exactly (nullability and metadata are ignored). Float
-    columns match when within `rel_tol` relative (or `abs_tol` absolute) difference, NaN matches NaN,
-    NULL matches NULL; every other column must be equal. Row order never matters; multiplicity does.
-    """
-    schema_problem = _schema_diff(actual.schema, expected.schema)
-    if schema_problem is not None:
-        return f"{schema_problem}\nrows: actual {actual.num_rows}, expected {expected.num_rows}"
+    lost: list[Row]
+    duplicated: list[Row]
+    unexpected: list[Row]
+
+    @property
+    def ok(self) -> bool:
+        return not (self.lost or self.duplicated or self.unexpected)
+
+
+def check_records(
+    actual: pa.Table, expected: pa.Table, rel_tol: float = 1e-9, *, abs_tol: float = 0.0
+) -> RecordCheck:
+    """Lost, duplicated and unexpected rows of `actual` against `expected` (same schema), with float
+    columns matched within tolerance as in `diff_results`."""
     actual = actual.replace_schema_metadata(None).combine_chunks()
     expected = expected.replace_schema_metadata(None).combine_chunks()
     if actual.num_columns == 0:
-        if actual.num_rows == expected.num_rows:
-            return None
-        return f"row count: actual {actual.num_rows}, expected {expected.num_rows} (no columns)"
-
+        n = actual.num_rows - expected.num_rows
+        return RecordCheck([()] * max(-n, 0), [()] * max(n, 0), [])
     if actual.num_rows + expected.num_rows <= _SMALL_ROWS:
         extra, missing = _rows(actual), _rows(expected)
     else:
@@ -258,20 +265,48 @@ def diff_results(
     if extra or missing:
         float_cols = [i for i, f in enumerate(actual.schema) if pa.types.is_floating(f.type)]
         extra, missing = _tolerant_leftovers(extra, missing, float_cols, rel_tol, abs_tol)
-    if not extra and not missing:
+    if not extra:
+        return RecordCheck(missing, [], [])
+    # An extra row that equals some expected row is a second copy of it; any other one is new.
+    float_cols = [i for i, f in enumerate(actual.schema) if pa.types.is_floating(f.type)]
+    known_extra, _ = _tolerant_leftovers(extra, _rows(expected), float_cols, rel_tol, abs_tol)
+    unexpected_ids = {id(r) for r in known_extra}
+    duplicated = [r for r in extra if id(r) not in unexpected_ids]
+    return RecordCheck(missing, duplicated, [r for r in extra if id(r) in unexpected_ids])
+
+
+def diff_results(
+    actual: pa.Table, expected: pa.Table, rel_tol: float = 1e-9, *, abs_tol: float = 0.0
+) -> str | None:
+    """None when `actual` and `expected` hold the same multiset of rows, else a short description.
+
+    Column names, order and types must match exactly (nullability and metadata are ignored). Float
+    columns match when within `rel_tol` relative (or `abs_tol` absolute) difference, NaN matches NaN,
+    NULL matches NULL; every other column must be equal. Row order never matters; multiplicity does:
+    the description says how many rows were lost, duplicated and unexpected.
+    """
+    schema_problem = _schema_diff(actual.schema, expected.schema)
+    if schema_problem is not None:
+        return f"{schema_problem}\nrows: actual {actual.num_rows}, expected {expected.num_rows}"
+    check = check_records(actual, expected, rel_tol, abs_tol=abs_tol)
+    if check.ok:
         return None
+    if actual.num_columns == 0:
+        return f"row count: actual {actual.num_rows}, expected {expected.num_rows} (no columns)"
 
     names = actual.schema.names
     if actual.num_rows != expected.num_rows:
         lines = [f"row count: actual {actual.num_rows}, expected {expected.num_rows}"]
     else:
         lines = [f"row count equal ({actual.num_rows}) but rows differ"]
-    if missing:
-        lines.append(f"{len(missing)} row(s) missing (expected, not in actual), e.g.:")
-        lines.extend(_examples(names, missing))
-    if extra:
-        lines.append(f"{len(extra)} row(s) extra (in actual, not expected), e.g.:")
-        lines.extend(_examples(names, extra))
+    for rows, what in (
+        (check.lost, "missing (lost: expected, not in actual)"),
+        (check.duplicated, "extra, duplicated (in actual more often than expected)"),
+        (check.unexpected, "extra, unexpected (in actual, matching no expected row)"),
+    ):
+        if rows:
+            lines.append(f"{len(rows)} row(s) {what}, e.g.:")
+            lines.extend(_examples(names, rows))
     return "\n".join(lines)
 
 

@@ -90,6 +90,7 @@ def deploy(
         Path | None,
         typer.Option(
             "--code-dir",
+            exists=True,
             file_okay=False,
             help="Deploy this directory as the function's code instead of the project's sources (aws: the "
             "sources plus dependencies built for the function's architecture).",
@@ -114,6 +115,12 @@ def deploy(
     from infra.deploy.stack import DeployConfig, parse_parameters
     from infra.deploy.stack import deploy as run_deploy
 
+    if endpoint_url is not None and not endpoint_url.startswith(("http://", "https://")):
+        # Checked before any client is made: boto3 refuses it with a bare ValueError (an unexpected failure).
+        raise ConfigError(
+            f"--endpoint-url {endpoint_url!r} is not an http(s) URL",
+            hint="e.g. --endpoint-url http://127.0.0.1:4566",
+        )
     config = DeployConfig.for_target(
         target,
         endpoint_url=endpoint_url,

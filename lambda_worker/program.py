@@ -112,6 +112,11 @@ class ProgramCache:
         """The program `program_id`, compiling `spec_json` if needed and checking that it is that program."""
         if program_id in self._programs:
             return self._programs[program_id]
+        if not spec_json:
+            raise ConfigError(
+                f"unknown program {program_id!r} and no spec came with it",
+                hint="the sender must send the program spec with a program's first chunk",
+            )
         spec = ProgramSpec.loads(spec_json)
         if spec.program_id != program_id:
             raise ConfigError(

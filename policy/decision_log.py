@@ -14,13 +14,17 @@ rule alone; `replay` checks the policy.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
+from core.errors import InputError, SpongeError
 from policy.monitor import Observation
 from policy.offload_policy import Decision, PolicyConfig, SpongePolicy
 from policy.persistent_burst import PersistentBurstRule, VmRequest
+
+T = TypeVar("T")
 
 
 class DecisionLog:
@@ -68,34 +72,82 @@ class VmStep:
     request: VmRequest | None
 
 
-def _lines(path: Path) -> list[dict[str, Any]]:
-    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    if not lines or "config" not in lines[0]:
-        raise ValueError(f"{path} is not a decision log (its first line must hold the policy config)")
-    return lines
+_REWRITE_HINT = "the drill that wrote it was cut short, or the file was edited: run the drill again"
+
+
+def _lines(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    """(line number, entry) of every line of the log at `path`; its first entry holds the policy config.
+
+    Why an InputError naming the file and the line for every flaw: the log is read back long after the
+    run that wrote it (to replay or explain its decisions), so a torn or edited line must say where it
+    is and what to do, not surface as a JSON decoder's or a dataclass's traceback.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"no decision log at {path}",
+                         hint="a drill writes one per policy, as <report>/<policy>/output-decisions.jsonl"
+                         ) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"cannot read the decision log {path}: {e}", hint=_REWRITE_HINT) from None
+    entries: list[tuple[int, dict[str, Any]]] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+        except ValueError as e:
+            raise InputError(f"{path} line {number} is not JSON ({e})", hint=_REWRITE_HINT) from None
+        if not isinstance(entry, dict):
+            raise InputError(f"{path} line {number} is a JSON {type(entry).__name__}, not an object",
+                             hint=_REWRITE_HINT)
+        entries.append((number, entry))
+    if not entries or not isinstance(entries[0][1].get("config"), dict):
+        raise InputError(f"{path} is not a decision log (its first line must hold the policy config)",
+                         hint=_REWRITE_HINT)
+    return entries
+
+
+def _build(path: Path, number: int, make: Callable[[], T]) -> T:
+    """`make()`, its failure on a malformed entry told as an InputError naming the file and line."""
+    try:
+        return make()
+    except KeyError as e:
+        raise InputError(f"{path} line {number} lacks {e}", hint=_REWRITE_HINT) from None
+    except (TypeError, ValueError, SpongeError) as e:
+        detail = e.one_line() if isinstance(e, SpongeError) else str(e)
+        raise InputError(f"{path} line {number} is not a decision log entry ({detail})",
+                         hint=_REWRITE_HINT) from None
+
+
+def _step(e: dict[str, Any]) -> tuple[Observation, Decision]:
+    return Observation(**e["observation"]), Decision(**e["decision"])
 
 
 def read(path: Path) -> tuple[PolicyConfig, list[tuple[Observation, Decision]]]:
-    lines = _lines(path)
-    config = PolicyConfig(**lines[0]["config"])
-    return config, [(Observation(**e["observation"]), Decision(**e["decision"])) for e in lines[1:]]
+    """The logged policy config and every (observation, decision) after it; InputError on any flaw."""
+    (first_number, first), *rest = _lines(path)
+    config = _build(path, first_number, lambda: PolicyConfig(**first["config"]))
+    return config, [_build(path, n, lambda e=e: _step(e)) for n, e in rest]
+
+
+def _vm_step(e: dict[str, Any]) -> VmStep | None:
+    vm = e.get("vm")
+    if vm is None:
+        return None
+    request = VmRequest.from_json(vm["request"]) if vm["request"] is not None else None
+    return VmStep(*_step(e), vm["usable"], vm["pending"], request)
 
 
 def read_vms(path: Path) -> tuple[PersistentBurstRule, list[VmStep]]:
     """A fresh rule built from the log's settings, and every line that logged the rule's inputs."""
-    lines = _lines(path)
-    if "vm_rule" not in lines[0]:
-        raise ValueError(f"{path} holds no persistent-burst rule settings (the rule was not logged)")
-    rule = PersistentBurstRule.from_settings(lines[0]["vm_rule"])
-    steps = []
-    for e in lines[1:]:
-        vm = e.get("vm")
-        if vm is None:
-            continue
-        request = VmRequest.from_json(vm["request"]) if vm["request"] is not None else None
-        steps.append(VmStep(Observation(**e["observation"]), Decision(**e["decision"]),
-                            vm["usable"], vm["pending"], request))
-    return rule, steps
+    (first_number, first), *rest = _lines(path)
+    if "vm_rule" not in first:
+        raise InputError(f"{path} holds no persistent-burst rule settings (the rule was not logged)",
+                         hint="read the log of a policy that ran the VM rule (vmbase, vminit)")
+    rule = _build(path, first_number, lambda: PersistentBurstRule.from_settings(first["vm_rule"]))
+    steps = [_build(path, n, lambda e=e: _vm_step(e)) for n, e in rest]
+    return rule, [s for s in steps if s is not None]
 
 
 def replay(path: Path) -> list[tuple[Decision, Decision]]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import os
 import secrets
 import selectors
@@ -31,7 +32,7 @@ from core.fault_spec import FaultSpec
 from core.wire.protocol import grpc_module
 from router.agent import ready_port
 from router.invokers.lambda_api import INVOCATION_TYPES
-from router.stats import WORKERS_PREWARMED
+from router.stats import INJECTED_KILL_WORKER, WORKERS_PREWARMED
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 EXIT_POLL_S = 0.2
@@ -359,15 +360,24 @@ class AgentProcess:
             return dict(self._last)
 
     def restart(self) -> None:
-        """Kill the agent (SIGKILL: in-flight chunks are lost) and start a new one on the same port."""
+        """Kill the agent (SIGKILL: in-flight chunks are lost) and start a new one on the same port.
+
+        The new agent injects the same faults, except a one-shot fault (`kill-worker:after-chunks=N`)
+        that an earlier agent already injected: its trigger means once per run, not once per agent.
+        """
+        latest = self._stats()  # up to the kill, not to the last sample
         with self._lock:
             proc = self._proc
             self._proc = None
-            self._finished.append(self._last)
+            self._finished.append(latest if latest is not None else self._last)
             self._last = {}
+            killed = sum(part.get(INJECTED_KILL_WORKER, 0) for part in self._finished)
         if proc is not None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+        if killed:
+            faults = tuple(f for f in self.config.faults if f.get("after-chunks") is None)
+            self.config = dataclasses.replace(self.config, faults=faults)
         self._spawn()
         self.restarts += 1
 

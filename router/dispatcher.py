@@ -219,14 +219,26 @@ class Dispatcher:
         return link, task
 
     def on_result(
-        self, worker_id: str, chunk_id: int, epoch: int, payload: bytes, rows_in: int, rows_out: int, crc: int
+        self,
+        worker_id: str,
+        chunk_id: int,
+        epoch: int,
+        payload: bytes,
+        rows_in: int,
+        rows_out: int,
+        crc: int,
+        *,
+        readable: bool = True,
     ) -> None:
+        """A worker's result. `readable=False`: the receiver found the payload is no result at all (this
+        class reads no payloads); like one that fails its checksum, it is counted corrupt and redone."""
+        intact = readable and checksum(payload) == crc
         with self._lock:
             owned = self._owned(worker_id, chunk_id)
             if owned is None:
                 return
             _, task = owned
-            if epoch != task.epoch or checksum(payload) != crc:
+            if epoch != task.epoch or not intact:
                 self.counters.add(stats.CORRUPT_RESULTS)
                 self._requeue(task)
                 self._pump()

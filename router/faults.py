@@ -13,6 +13,7 @@ n-th draw still depends on timing; the sequence itself does not.)
 | spec                           | made to happen by                                                 |
 |--------------------------------|-------------------------------------------------------------------|
 | kill-worker:every=T            | `WorkerKiller`: every T s from agent start, SIGKILL one worker     |
+| kill-worker:after-chunks=N     | `WorkerKiller`: once N chunks were dispatched, SIGKILL one worker  |
 | throttle:share=S               | `ThrottlingInvoker`: S of invokes raise Throttled before the fleet |
 | slow-worker:share=S,delay=D    | `SlowChunks`: S of first dispatches carry Chunk.delay_s = D        |
 """
@@ -129,9 +130,11 @@ WorkersView = Callable[[], list[tuple[str, int | None]]]
 
 
 class WorkerKiller:
-    """Every `every` seconds from `start`, SIGKILLs one worker process, preferring one holding a chunk.
+    """SIGKILLs one worker process, preferring one holding a chunk: every `every` seconds from `start`,
+    or once, at the first tick after the `after-chunks`-th chunk was dispatched.
 
-    A tick that finds no worker to kill is skipped and not counted (the next comes `every` later).
+    A tick that finds no worker to kill is skipped and not counted (the next comes `every` later; an
+    `after-chunks` kill tries again at the next tick).
     """
 
     def __init__(
@@ -143,15 +146,23 @@ class WorkerKiller:
         seed: int,
         start: float | None = None,
     ) -> None:
-        self.every_s = spec["every"]
+        self.every_s = spec.get("every")
+        self.after_chunks = spec.get("after-chunks")
         self.invoker = invoker
         self.workers = workers
         self.counters = counters
         self._rng = random.Random(seed)
-        self._next = (time.monotonic() if start is None else start) + self.every_s
+        self._next = (time.monotonic() if start is None else start) + (self.every_s or 0.0)
+        self._done = False
 
     def tick(self, now: float | None = None) -> str | None:
-        """Kill if a period has ended since the last kill; returns the victim's worker id, if any."""
+        """Kill if the trigger fired since the last kill; returns the victim's worker id, if any."""
+        if self.every_s is None:
+            if self._done or self.counters.get(stats.CHUNKS_DISPATCHED) < (self.after_chunks or 0):
+                return None
+            victim = self.kill_one()
+            self._done = victim is not None
+            return victim
         now = time.monotonic() if now is None else now
         if now < self._next:
             return None

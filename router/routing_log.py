@@ -11,6 +11,15 @@ processes) therefore agree on every record, and so does any replay.
 Layout under the offload directory (beside the query's checkpoint, so it lives as long as it):
 `plan.json` (the current plan), `routing-<stream>.jsonl` (lines {"from": offset, "plan": {...}}),
 `routing-<stream>.hwm` (the high-water mark) and `routing-<stream>.lock`.
+
+Crashes. A writer (under the lock) appends a line, flushes it to disk, and only then moves the
+high-water mark (an atomic replace). The mark is therefore the commit point: an offset below it has
+been handed out and its plan never changes; a line that starts at or beyond it was written by a
+writer that died before handing anything out. So readers ignore such lines, the next writer drops
+them (it rewrites the log without them, atomically, before appending its own), and a final line
+without its newline (a torn write) is treated the same way. Any other line that does not parse is
+corruption: which plan routed those offsets is lost, so the log raises instead of guessing, which
+would re-route records a committed epoch already counted.
 """
 
 from __future__ import annotations
@@ -26,10 +35,15 @@ from pathlib import Path
 import numpy as np
 
 from core import atomic_write
-from core.errors import ConfigError
+from core.errors import ConfigError, InputError
 from core.offload_plan import OffloadPlan, offloaded_mask
 
 PLAN_FILE = "plan.json"
+_CORRUPT_HINT = (
+    "the routing log fixes which plan routed each offset of the query's checkpointed epochs, so it "
+    "cannot be repaired by guessing: restore the offload directory from a backup, or restart the "
+    "query with a fresh checkpoint and offload directory"
+)
 
 
 @dataclass(frozen=True)
@@ -48,11 +62,55 @@ def write_current_plan(directory: Path, plan: OffloadPlan) -> None:
 def read_current_plan(directory: Path) -> OffloadPlan:
     path = directory / PLAN_FILE
     try:
-        return OffloadPlan.loads(path.read_text())
+        return OffloadPlan.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(
             f"no offload plan at {path}", hint="the runner writes it before the query starts"
         ) from None
+    except (ConfigError, UnicodeDecodeError) as e:
+        detail = e.message if isinstance(e, ConfigError) else str(e)
+        raise ConfigError(
+            f"the offload plan {path} is malformed: {detail}",
+            hint=(
+                "it is written whole by the runner or the policy loop (write_current_plan); if it was "
+                'edited by hand, write a plan\'s JSON, e.g. {"format":1,"version":1,"share":0.5,'
+                '"key_groups":[],"workers":2}'
+            ),
+        ) from None
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """One parsed line of the log and the byte offset it starts at (where a rewrite may cut)."""
+
+    segment: Segment
+    offset: int
+
+
+@dataclass(frozen=True)
+class _Contents:
+    """The log as read: its bytes, its complete lines parsed, and where the last complete line ends."""
+
+    data: bytes
+    entries: list[_Entry]
+    complete_end: int
+
+    def committed(self, hwm: int) -> tuple[list[Segment], int]:
+        """The segments of offsets below `hwm`, and the byte length of the log that holds them.
+
+        Starts never decrease, so the committed lines are a prefix of the log. Two segments with the
+        same start (a log written before crashed lines were dropped) route nothing by the first.
+        """
+        segments: list[Segment] = []
+        cut = self.complete_end
+        for entry in self.entries:
+            if entry.segment.start >= hwm:
+                cut = entry.offset
+                break
+            if segments and segments[-1].start == entry.segment.start:
+                segments.pop()
+            segments.append(entry.segment)
+        return segments, cut
 
 
 class RoutingLog:
@@ -81,35 +139,98 @@ class RoutingLog:
                 fcntl.flock(f, fcntl.LOCK_UN)
 
     def segments(self) -> list[Segment]:
-        if not self._log.exists():
-            return []
-        out = []
-        for line in self._log.read_text().splitlines():
-            if line.strip():
-                entry = json.loads(line)
-                out.append(Segment(int(entry["from"]), OffloadPlan.from_json(entry["plan"])))
-        return out
+        """The committed segments, in order of their starts; needs no lock.
+
+        The mark is read before the log: every line below it was complete and flushed before the
+        mark moved, and no writer ever drops such a line, so the pair is consistent even while a
+        writer appends or drops a crashed writer's lines.
+        """
+        hwm = self.high_water_mark()
+        return self._committed(self._read(), hwm)[0]
 
     def high_water_mark(self) -> int:
-        return int(self._hwm.read_text()) if self._hwm.exists() else 0
+        """One past the last offset handed out (0 before the first)."""
+        try:
+            text = self._hwm.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return 0
+        try:
+            value = int(text.strip())
+        except ValueError:
+            value = -1
+        if value < 0:
+            raise InputError(
+                f"routing log mark {self._hwm} holds {text[:40]!r}, not an offset", hint=_CORRUPT_HINT
+            )
+        return value
 
     def plan_range(self, start: int, end: int, current: OffloadPlan) -> tuple[Segment, ...]:
         """The segments routing offsets [start, end), recording `current` for offsets not yet routed."""
         if end < start:
             raise ConfigError(f"offset range [{start}, {end}) is reversed")
         with self._locked():
-            segments = self.segments()
             hwm = self.high_water_mark()
+            contents = self._read()
+            segments, cut = self._committed(contents, hwm)
+            if cut < len(contents.data):
+                # A writer died between its append and its mark: nobody was handed those lines.
+                atomic_write.write_bytes(self._log, contents.data[:cut])
             if end > hwm:
                 if not segments or segments[-1].plan != current:
                     segment = Segment(hwm, current)
-                    with open(self._log, "a") as f:
+                    with open(self._log, "a", encoding="utf-8") as f:
                         f.write(json.dumps({"from": segment.start, "plan": current.to_json()}) + "\n")
                         f.flush()
                         os.fsync(f.fileno())
                     segments.append(segment)
                 atomic_write.write_text(self._hwm, str(end))
         return covering(segments, start, end)
+
+    def _committed(self, contents: _Contents, hwm: int) -> tuple[list[Segment], int]:
+        segments, cut = contents.committed(hwm)
+        if hwm > 0 and (not segments or segments[0].start != 0):
+            raise InputError(
+                f"routing log {self._log} has no plan for offset 0, but its mark {self._hwm} says "
+                f"offsets below {hwm} were handed out",
+                hint=_CORRUPT_HINT,
+            )
+        return segments, cut
+
+    def _read(self) -> _Contents:
+        """Parse every complete line; the bytes after the last newline are a torn write, left out."""
+        try:
+            data = self._log.read_bytes()
+        except FileNotFoundError:
+            return _Contents(b"", [], 0)
+        entries: list[_Entry] = []
+        offset = 0
+        for number, line in enumerate(data.split(b"\n")[:-1], start=1):
+            if line.strip():
+                segment = self._parse(line, number)
+                if entries and segment.start < entries[-1].segment.start:
+                    raise InputError(
+                        f"{self._log}:{number}: starts at offset {segment.start}, before the line above "
+                        f"({entries[-1].segment.start})",
+                        hint=_CORRUPT_HINT,
+                    )
+                entries.append(_Entry(segment, offset))
+            offset += len(line) + 1
+        return _Contents(data, entries, offset)
+
+    def _parse(self, line: bytes, number: int) -> Segment:
+        try:
+            entry = json.loads(line.decode("utf-8"))
+            if not isinstance(entry, dict) or set(entry) != {"from", "plan"}:
+                raise ValueError('not an object with exactly "from" and "plan"')
+            start = entry["from"]
+            if isinstance(start, bool) or not isinstance(start, int) or start < 0:
+                raise ValueError(f'"from" is {start!r}, not an offset')
+            return Segment(start, OffloadPlan.from_json(entry["plan"]))
+        except (ValueError, TypeError, ConfigError) as e:  # JSON and UTF-8 errors are ValueErrors
+            detail = e.message if isinstance(e, ConfigError) else str(e)
+            raise InputError(
+                f"{self._log}:{number}: not a routing log line ({detail}): {line[:80]!r}", hint=_CORRUPT_HINT
+            ) from None
 
 
 def covering(segments: Sequence[Segment], start: int, end: int) -> tuple[Segment, ...]:

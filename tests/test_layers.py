@@ -398,12 +398,14 @@ def test_relative_imports_resolve_to_modules(tmp_path: Path) -> None:
 
 # --- the Lambda handler's cold start ------------------------------------------------------------------
 
-# Best of RUNS fresh-interpreter imports of lambda_worker.handler (time.perf_counter around the import,
-# interpreter start-up excluded). Measured on this 2-core machine (load average 2-4 from other runs):
-# best of 5 was 34-48 ms in three rounds (single runs up to ~105 ms), ~26 ms of it Powertools. The
-# budget is ~3x that best: room for a slower laptop or CI runner, none for a heavy import sneaking in
-# (measured here: pyarrow alone ~190 ms, polars ~210 ms, the X-Ray SDK ~430 ms).
-HANDLER_IMPORT_BUDGET_S = 0.15
+# An import-time budget, a bounded wait with a generous margin: best of RUNS fresh-interpreter imports of
+# lambda_worker.handler (time.perf_counter around the import, interpreter start-up excluded). Measured on
+# this 2-core machine (load average 2-4 from other runs): best of 5 was 31-48 ms in four rounds (single
+# runs up to ~105 ms), ~26 ms of it Powertools. The budget is 5x the slowest best: room for a slower
+# laptop or a loaded CI runner, yet it still fails when the X-Ray SDK (~430 ms) or polars and pyarrow
+# together (~400 ms) sneak in. Which heavy modules stay out is checked by name below and in
+# tests/lambda_worker/test_handler.py, so the budget need not be tight.
+HANDLER_IMPORT_BUDGET_S = 0.25
 RUNS = 5
 KEPT_OUT_OF_THE_HANDLER = ("pyspark", "boto3", "duckdb", "matplotlib")
 

@@ -37,9 +37,9 @@ def drill(
     target: Annotated[
         str, typer.Option(help="Where Lambda workers run: embedded, or localstack|aws after sponge deploy.")
     ] = "embedded",
-    report: Annotated[Path, typer.Option(help="Directory for report.json, report.md and the plots.")] = Path(
-        "runs/drill"
-    ),
+    report: Annotated[
+        Path, typer.Option(file_okay=False, help="Directory for report.json, report.md and the plots.")
+    ] = Path("runs/drill"),
     workers: Annotated[int, typer.Option(min=1, help="Most Lambda workers the policy may use.")] = 4,
     vm_launch_delay: Annotated[
         float,

@@ -11,6 +11,7 @@ Errors a user can act on are printed as one line with what to do, never as a tra
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from importlib.metadata import entry_points
 from typing import Annotated
 
@@ -54,9 +55,10 @@ def _root(
 app = build_app()
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
+    """Run `sponge` on `argv` (default: the process's arguments); tests pass theirs to run it in-process."""
     try:
-        rc = app(standalone_mode=False, prog_name="sponge")
+        rc = app(args=None if argv is None else list(argv), standalone_mode=False, prog_name="sponge")
         sys.exit(rc if isinstance(rc, int) else 0)
     except SpongeError as e:
         err.print(f"error: {e.one_line()}", markup=False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated
 
@@ -22,7 +23,8 @@ RateOpt = Annotated[
     ),
 ]
 OutputOpt = Annotated[
-    Path, typer.Option("--output", "-o", help="Directory for Parquet results + summary.json.")
+    Path,
+    typer.Option("--output", "-o", file_okay=False, help="Directory for Parquet results + summary.json."),
 ]
 WindowOpt = Annotated[int, typer.Option("--window-size", min=1, help="Window size in seconds.")]
 SlideOpt = Annotated[
@@ -66,7 +68,9 @@ InjectOpt = Annotated[
         "slow-worker:share=0.1,delay=30s (10% of chunks stall 30 s on their worker), "
         "agent-restart:at=10s (kill and restart the VM agent), task-failure:share=0.05 (5% of source "
         "tasks fail once), query-restart:at=15s (stop the query and resume it from its checkpoint). "
-        "Needs --offload-share.",
+        "Instead of a time, a fault can wait for an event, which fires at the same point on any machine: "
+        "agent-restart:after-epoch=3 and query-restart:after-epoch=3 (once epoch 3 has committed), "
+        "kill-worker:after-chunks=10 (once, after the 10th chunk went out). Needs --offload-share.",
     ),
 ]
 
@@ -89,6 +93,20 @@ def check_query(name: str) -> None:
     from core.nexmark.queries import get_query
 
     get_query(name)
+
+
+_MASTER = re.compile(r"local(\[(\*|\d+)(,\d+)?\])?|local-cluster\[\d+,\d+,\d+\]|yarn|(spark|k8s|mesos)://\S+")
+
+
+def check_master(master: str) -> None:
+    """Refuse a malformed Spark master URL before anything starts: Spark itself only notices it after
+    the JVM is up, seconds later and with a Java stack trace."""
+    if not _MASTER.fullmatch(master.strip()):
+        raise ConfigError(
+            f"--master {master!r} is not a Spark master URL",
+            hint="use local[N], local[N,F] (a failed task runs F times), local-cluster[N,C,MB] "
+            "or spark://HOST:PORT",
+        )
 
 
 def offload_config(

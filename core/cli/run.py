@@ -21,6 +21,7 @@ from core.cli.options import (
     TargetOpt,
     WindowOpt,
     WorkersOpt,
+    check_master,
     check_query,
     generator,
     offload_config,
@@ -46,6 +47,7 @@ def run(
         typer.Option(
             "--input",
             "-i",
+            exists=True,
             file_okay=False,
             help="Read events from DIR/{person,auction,bid}/*.jsonl instead of generating them (--events "
             "and --seed are then unused, --rate is refused). Bad lines go to OUTPUT/dead_letter and are "
@@ -66,6 +68,7 @@ def run(
     from core.spark.runner import RunConfig, run_query
     from core.spark.session import SparkConfig
 
+    check_master(master)
     config = RunConfig(
         query=query,
         generator=generator(events, seed, rate),

@@ -159,7 +159,10 @@ def simulate(
         str, typer.Option("--compare", help="Policies, comma-separated (sponge always runs).")
     ] = "sponge,noscaling,vmbase,sfbase,vminit,over",
     report: Annotated[
-        Path | None, typer.Option("--report", help="Write report.json, plots and report.md per query here.")
+        Path | None,
+        typer.Option(
+            "--report", file_okay=False, help="Write report.json, plots and report.md per query here."
+        ),
     ] = None,
     cost_curve: Annotated[
         bool, typer.Option("--cost-curve", help="Also write Fig. 15(b) (cost per day vs burst share).")
@@ -172,7 +175,8 @@ def simulate(
     """Replay the paper's experiments at paper scale in a simulator driven by the real policy code."""
     from core.console import out
     from core.drill.report import print_summary, write_report
-    from policy.sim.costs import QUERIES
+    from core.nexmark.patterns import BurstPattern
+    from policy.sim.costs import QUERIES, query_profile
     from policy.sim.experiment import LABEL, POLICIES, SimConfig, simulate_query, summary_row
 
     started = time.perf_counter()
@@ -180,7 +184,12 @@ def simulate(
     policies = [p.strip().lower() for p in compare.split(",") if p.strip()]
     if unknown := [p for p in policies if p not in POLICIES]:
         raise ConfigError(f"unknown policies {', '.join(unknown)}", hint=f"choose from {', '.join(POLICIES)}")
+    if not policies:
+        raise ConfigError("--compare names no policy", hint=f"choose from {', '.join(POLICIES)}")
     config = SimConfig(pattern=pattern, duration_s=duration, rho=rho)
+    for q in queries:  # all checked before the first is simulated, so a typo in the last costs nothing
+        profile = query_profile(q, rho=rho)
+        BurstPattern.parse(config.pattern).trace(profile.stable_rate, config.duration_s, config.lead_s)
     rows = []
     for q in queries:
         runs = simulate_query(q, policies, config)

@@ -81,7 +81,12 @@ class DrillConfig:
     vm_launch_delay_s: float = 25.0  # vmbase: from the VM's request to its worker's start (its boot)
 
     def __post_init__(self) -> None:
-        BurstPattern.parse(self.pattern)
+        """Everything a drill can check without running anything is checked here: a drill spends minutes
+        on probes and Spark start-ups before it would otherwise reach a bad argument."""
+        pattern = BurstPattern.parse(self.pattern)
+        pattern.trace(1.0, self.duration_s, self.lead_s)  # the burst must fit, whatever the rate
+        if not self.policies:
+            raise ConfigError("no policy to run", hint="name one with --policy, or several with --compare")
         for p in self.policies:
             if p in NOT_LIVE:
                 raise ConfigError(
@@ -92,6 +97,10 @@ class DrillConfig:
                 raise ConfigError(f"unknown policy {p!r}", hint=f"use {', '.join(POLICIES)}")
         if self.target not in ("embedded", "localstack", "aws"):
             raise ConfigError(f"unknown target {self.target!r}", hint="use embedded, localstack or aws")
+        if self.target != "embedded":
+            from core.deployment import load_deployment
+
+            load_deployment(self.target)  # the stack file sponge deploy wrote, else what to do
         cores = os.cpu_count() or 1
         if max((*self.vm_cpus, *self.worker_cpus)) >= cores:
             raise ConfigError(f"this machine has {cores} cores; pass CPU sets within 0..{cores - 1}")

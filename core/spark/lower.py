@@ -99,11 +99,20 @@ def merge_aggregate(
 ) -> DataFrame:
     """`op` over the VM's records and the workers' partial rows of the same epochs (the merge operator);
     with `partials_only`, both kinds of rows in partial form, unaggregated (for sliding_top_k)."""
-    mine = partial_form.local_partials(local, op, _args(op))
+    mine = _local_partials(local, op)
     if partials_only:
         mine = fold_per_task(mine, op)
     both = mine.unionByName(partial_form.worker_partials(workers, op, mine))
     return both if partials_only else _aggregate(both, op, partial=True)
+
+
+def _local_partials(df: DataFrame, op: WindowAggregate) -> DataFrame:
+    """The VM's records of `op` in partial form, the window's column their only event-time column: a
+    call over the event-time column itself (a min or max of it) lifts a copy that keeps its watermark
+    marker, and the fused operator (transformWithState) refuses a second event-time column."""
+    partials = partial_form.local_partials(df, op, _args(op))
+    assert op.window is not None  # local_partials refuses an aggregate without a window of its own
+    return _strip_event_time(partials, op.window.on)
 
 
 def _panes(df: DataFrame, op: WindowAggregate, partial: bool) -> DataFrame:
@@ -284,7 +293,7 @@ class _Fusion:
             return ins[0]
         if node_id in self.aggregates:
             assert isinstance(op, WindowAggregate)
-            return fold_per_task(partial_form.local_partials(ins[0], op, _args(op)), op)
+            return fold_per_task(_local_partials(ins[0], op), op)
         if node_id in self.tops:
             assert isinstance(op, TopK)
             agg = self.tops[node_id]

@@ -116,13 +116,30 @@ class OffloadSession:
             self.agent.wait_warm(self.config.prewarm, WARM_POOL_WAIT_S)
 
     def schedule_faults(self, started: float) -> None:
-        """Arm the agent restarts of the fault specs, `at` seconds after `started`."""
+        """Arm the agent restarts of the fault specs that fire `at` seconds after `started`."""
         for spec in of_kind(self.config.faults, AGENT_RESTART):
-            delay = max(0.0, started + spec["at"] - time.time())
-            timer = threading.Timer(delay, self._restart_agent)
-            timer.daemon = True
-            timer.start()
-            self._timers.append(timer)
+            if spec.get("at") is not None:
+                self._restart_agent_in(max(0.0, started + spec["at"] - time.time()))
+
+    def watching_epochs(self, progress: Callable[[dict], None] | None) -> Callable[[dict], None]:
+        """`progress`, after restarting the agent once for each `after-epoch` spec whose epoch committed."""
+        specs = of_kind(self.config.faults, AGENT_RESTART)
+        pending = sorted(int(s["after-epoch"]) for s in specs if s.get("after-epoch") is not None)
+
+        def watch(epoch: dict) -> None:
+            while pending and epoch["batchId"] >= pending[0]:
+                pending.pop(0)
+                self._restart_agent_in(0.0)  # on a thread: the run's loop goes on meanwhile
+            if progress is not None:
+                progress(epoch)
+
+        return watch
+
+    def _restart_agent_in(self, delay_s: float) -> None:
+        timer = threading.Timer(delay_s, self._restart_agent)
+        timer.daemon = True
+        timer.start()
+        self._timers.append(timer)
 
     def _function(self) -> Any:
         """The deployed function the agent invokes through boto3, or None for the embedded fleet."""
@@ -152,15 +169,18 @@ class OffloadSession:
         return plan
 
     def _restart_agent(self) -> None:
+        self._count(AGENT_RESTART)  # the fault is the kill; the restart is the recovery
         self.agent.restart()
-        self._count(AGENT_RESTART)
 
     def _count(self, kind: str) -> None:
         self.faults_done[kind] = self.faults_done.get(kind, 0) + 1
 
-    def query_restarts(self) -> list[float]:
-        """Seconds after the start at which the runner stops the query and resumes it."""
-        return sorted(spec["at"] for spec in of_kind(self.config.faults, QUERY_RESTART))
+    def query_restarts(self) -> tuple[list[float], list[int]]:
+        """When the runner stops the query and resumes it: seconds after the start, and epochs after
+        whose commit."""
+        specs = of_kind(self.config.faults, QUERY_RESTART)
+        at = sorted(s["at"] for s in specs if s.get("at") is not None)
+        return at, sorted(int(s["after-epoch"]) for s in specs if s.get("after-epoch") is not None)
 
     def query_restarted(self) -> None:
         self._count(QUERY_RESTART)
@@ -168,7 +188,9 @@ class OffloadSession:
     def stop(self) -> dict[str, Any]:
         """Stop the agent; the summary's offload fields."""
         for timer in self._timers:
-            timer.cancel()
+            timer.cancel()  # a restart not yet due never happens; one under way finishes first
+            if timer.is_alive():
+                timer.join()
         totals = self.agent.stop() if self.agent is not None else {}
         injected = dict(self.faults_done)
         for kind in AGENT_KINDS:

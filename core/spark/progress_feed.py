@@ -9,10 +9,12 @@ progress from the queue, so callers' progress hooks run where they always did.
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any
 
 from pyspark.sql.streaming import StreamingQueryListener
+from pyspark.sql.streaming.listener import StreamingQueryProgress
 
 
 class ProgressFeed(StreamingQueryListener):
@@ -33,8 +35,11 @@ class ProgressFeed(StreamingQueryListener):
     def onQueryProgress(self, event: Any) -> None:
         if event.progress.name != self._name:
             return
+        # Rebuilt from its JSON exactly as `lastProgress` builds it: the event's own conversion writes
+        # a missing offset (the first batch's start) as the text "None", not as JSON.
+        progress = StreamingQueryProgress.fromJson(json.loads(event.progress.json))
         with self._changed:
-            self._ready.append(event.progress)  # what `lastProgress` gives: offsets as JSON text
+            self._ready.append(progress)
             self._changed.notify_all()
 
     def onQueryIdle(self, event: Any) -> None:

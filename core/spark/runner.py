@@ -99,6 +99,7 @@ def run_query(
     n_sources = len([n for n in logical.nodes if isinstance(n.op, Source)])
     session = None
     restarts_at: list[float] = []
+    restart_epochs: list[int] = []
     if config.offload is None:
         sources = nexmark_sources(spark, config, pace_origin=started)
         sinks = lower_plain(logical, sources) if config.plain else lower_rewritten(rewritten, sources)
@@ -110,7 +111,8 @@ def run_query(
         # and the agent is a long-lived service beside it, not something the burst waits for.
         started = time.time()
         session.schedule_faults(started)
-        restarts_at = session.query_restarts()
+        restarts_at, restart_epochs = session.query_restarts()
+        progress = session.watching_epochs(progress)
         sources = nexmark_sources(spark, config, started, session.local_routes(chains))
         offloaded = session.offloaded(spark, config, started)
         sinks = lower_rewritten(rewritten, sources, chains, offloaded)
@@ -129,6 +131,7 @@ def run_query(
             started=started,
             progress=progress,
             restarts_at=restarts_at,
+            restarts_after_epochs=restart_epochs,
             on_restart=session.query_restarted if session is not None else None,
             state_store=state_store_for(logical),
         )
@@ -189,16 +192,17 @@ def stream_to_end(
     started: float,
     progress: Callable[[dict], None] | None = None,
     restarts_at: Sequence[float] = (),
+    restarts_after_epochs: Sequence[int] = (),
     on_restart: Callable[[], None] | None = None,
     state_store: str = DEFAULT_STATE_STORE,
 ) -> list[dict]:
     """Stream `df` into Parquet under `out` until every source has delivered its punctuation and
     the closing no-data epoch has run; return the progress of every epoch that read data.
 
-    At each of `restarts_at` (seconds after `started`) the query is stopped and resumed from its
-    checkpoint, as after a driver restart. Shared by run_query and the benchmark's hand-written
-    queries, so both end the same way. `state_store` is the provider a new checkpoint is made with (a
-    resumed one keeps its own).
+    At each of `restarts_at` (seconds after `started`), and once each of `restarts_after_epochs` has
+    committed, the query is stopped and resumed from its checkpoint, as after a driver restart. Shared
+    by run_query and the benchmark's hand-written queries, so both end the same way. `state_store` is
+    the provider a new checkpoint is made with (a resumed one keeps its own).
     """
     df.sparkSession.conf.set("spark.sql.streaming.stateStore.providerClass", state_store)
 
@@ -214,6 +218,7 @@ def stream_to_end(
         )
 
     pending_restarts = sorted(restarts_at)
+    pending_epochs = sorted(restarts_after_epochs)
     total = events + 1  # the punctuation sits at offset `events`
     seen: dict[int, dict] = {}
     latest: dict | None = None
@@ -239,6 +244,15 @@ def stream_to_end(
         if feed.failure is not None:
             raise SpongeError(f"the streaming query failed: {feed.failure.splitlines()[0]}")
 
+    def restart_due() -> bool:
+        if pending_restarts and time.time() - started >= pending_restarts[0]:
+            pending_restarts.pop(0)
+            return True
+        if pending_epochs and max(seen, default=-1) >= pending_epochs[0]:
+            pending_epochs.pop(0)
+            return True
+        return False
+
     def finished() -> bool:
         return (
             latest is not None
@@ -251,13 +265,14 @@ def stream_to_end(
     streams.addListener(feed)
     query = start()
     try:
-        while not finished():
-            if pending_restarts and time.time() - started >= pending_restarts[0]:
-                pending_restarts.pop(0)
+        while True:
+            if restart_due():  # before the end check: an epoch trigger may fire on the last epoch
                 query.stop()
                 query = start()
                 if on_restart:
                     on_restart()
+            elif finished():
+                break
             if time.time() - started > timeout_s:
                 raise SpongeError(
                     f"the query did not finish in {timeout_s:.0f}s",
@@ -272,6 +287,6 @@ def stream_to_end(
         while max(seen, default=-1) < closing and time.time() < deadline:
             collect(deadline - time.time())
     finally:
+        streams.removeListener(feed)  # first: the stop's event must not call into a Python that is leaving
         query.stop()
-        streams.removeListener(feed)
     return list(seen.values())

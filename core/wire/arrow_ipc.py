@@ -33,13 +33,36 @@ def encode(data: pa.Table | pa.RecordBatch, compression: str = "zstd") -> bytes:
     return sink.getvalue().to_pybytes()
 
 
+_NOT_A_STREAM_HINT = (
+    "the sender does not write Arrow IPC streams (a different build?) or damaged the bytes; "
+    "send what core/wire/arrow_ipc.encode writes"
+)
+
+
 def decode(payload: bytes) -> pa.Table:
-    """The table held by an IPC stream payload (decompressed transparently)."""
+    """The table held by an IPC stream payload (decompressed transparently); InputError if it holds none.
+
+    Why OSError is caught too: pyarrow reports some malformed streams (random bytes, a cut body) as
+    OSError, not ArrowInvalid, and a bad payload must read as such, not as a failing disk or socket.
+    """
     try:
         with pa.ipc.open_stream(pa.py_buffer(payload)) as reader:
             return reader.read_all()
-    except pa.ArrowInvalid as e:
-        raise InputError(f"payload is not an Arrow IPC stream: {e}") from None
+    except (pa.ArrowException, OSError) as e:
+        raise InputError(f"payload is not an Arrow IPC stream: {e}", hint=_NOT_A_STREAM_HINT) from None
+
+
+def read_schema(payload: bytes) -> pa.Schema:
+    """The schema an IPC stream payload starts with, its batches left unread (and undecompressed).
+
+    Why: a cheap first check of a payload about to be queued, so bytes that are not Arrow at all are
+    refused at the door instead of failing on a worker and again in the agent's local run.
+    """
+    try:
+        with pa.ipc.open_stream(pa.py_buffer(payload)) as reader:
+            return reader.schema
+    except (pa.ArrowException, OSError) as e:
+        raise InputError(f"payload is not an Arrow IPC stream: {e}", hint=_NOT_A_STREAM_HINT) from None
 
 
 def checksum(payload: bytes) -> int:

@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from botocore.exceptions import ClientError, WaiterError
 
+from core.atomic_write import write_text
 from core.deployment import PROJECT_ROOT, STACK_DIR, TARGETS, Deployment, stack_file
 from core.errors import ConfigError, DeployError
 from infra.deploy.aws_errors import Failure, classify, error_text
@@ -244,8 +245,8 @@ def deploy(config: DeployConfig, progress: Progress = _quiet) -> Deployment:
         config.target, config.stack_name, region, config.endpoint_url, outputs, code_sha256=digest
     )
     path = stack_file(config.target, config.stack_dir)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(deployment.to_json(), indent=2) + "\n")
+    # Atomically: a deploy cut short leaves the previous record whole, never a torn file for runs to read.
+    write_text(path, json.dumps(deployment.to_json(), indent=2) + "\n")
     progress(f"stack {config.stack_name} deployed in {time.time() - started:.1f} s; outputs in {path}")
     return deployment
 

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from core.direct_sink import write_chunk
-from core.errors import ConfigError, SpongeError
-from core.wire.arrow_ipc import checksum, decode
+from core.errors import ConfigError, InputError, SpongeError
+from core.wire.arrow_ipc import checksum, decode, read_schema
 from core.wire.protocol import (
     ERROR_TYPE_METADATA,
     PROTOCOL_VERSION,
@@ -212,10 +212,11 @@ class _Servicer:
         self._check_caller(context)
         key = ChunkKey(request.epoch, request.partition, request.chunk_seq, request.program_id)
         try:
+            read_schema(request.payload)  # bytes that are not Arrow at all never reach a queue or a worker
             fut, cached = self.agent.offload(key, request.program, request.payload)
         except UnknownProgram as e:
             self._fail(context, codes.NOT_FOUND, type(e).__name__, e.one_line())
-        except ConfigError as e:
+        except (ConfigError, InputError) as e:
             self._fail(context, codes.INVALID_ARGUMENT, type(e).__name__, e.one_line())
         remaining = context.time_remaining()
         if remaining is not None:
@@ -285,8 +286,10 @@ class _Servicer:
             return
         finally:
             timer.cancel()
-        if first is None or first.WhichOneof("kind") != "hello":
-            self._reject(context, grpc.StatusCode.UNAUTHENTICATED, "a worker must say Hello first")
+        first_kind = first.WhichOneof("kind") if first is not None else None
+        if first_kind != "hello":
+            said = f"its first message was {first_kind}" if first_kind else "it sent no message"
+            self._reject(context, grpc.StatusCode.UNAUTHENTICATED, f"a worker must say Hello first; {said}")
         hello = first.hello
         if hello.protocol_version != PROTOCOL_VERSION:
             self._reject(
@@ -294,9 +297,15 @@ class _Servicer:
                 grpc.StatusCode.FAILED_PRECONDITION,
                 f"worker protocol {hello.protocol_version}, agent {PROTOCOL_VERSION}: deploy one build",
             )
-        ok = hello.session_id == agent.config.session_id and token_matches(
-            agent.config.secret, agent.config.session_id, hello.worker_id, hello.secret
-        )
+        if hello.session_id != agent.config.session_id:
+            # Named apart from a bad token: it is what a worker invoked by an earlier agent run sees.
+            self._reject(
+                context,
+                grpc.StatusCode.UNAUTHENTICATED,
+                f"worker {hello.worker_id!r} belongs to session {hello.session_id!r}, not this agent's: a "
+                "worker joins only the session that invoked it (a late invocation from an earlier run?)",
+            )
+        ok = token_matches(agent.config.secret, agent.config.session_id, hello.worker_id, hello.secret)
         if not ok or agent.fleet is None or not agent.fleet.admit(hello.worker_id, hello.cold_start):
             self._reject(context, grpc.StatusCode.UNAUTHENTICATED, "unknown worker or wrong session secret")
         agent.counters.add(stats.WORKERS_CONNECTED)
@@ -317,6 +326,23 @@ class _Servicer:
                 return
             yield item
 
+    def _readable(self, worker_id: str, chunk_id: int, payload: bytes) -> bool:
+        """Whether a worker's result payload is a whole Arrow IPC stream.
+
+        Why read it all here: a result is cached and handed to every caller of its chunk (or written
+        to the sink), so one that only a reader would find broken must be redone now, by another worker
+        or the agent, not fail each caller later. Partial states are small; a sink chain's rows cost a
+        fraction of their Parquet write.
+        """
+        try:
+            decode(payload)
+        except InputError as e:
+            logger.warning(
+                "worker %s: the result of chunk %d is unreadable, redone (%s)", worker_id, chunk_id, e
+            )
+            return False
+        return True
+
     def _read_worker(self, link: StreamLink, request_iterator: Iterator[Any]) -> None:
         d = self.agent.dispatcher
         try:
@@ -325,7 +351,14 @@ class _Servicer:
                 if kind == "result":
                     r = msg.result
                     d.on_result(
-                        link.worker_id, r.chunk_id, r.epoch, r.payload, r.rows_in, r.rows_out, r.checksum
+                        link.worker_id,
+                        r.chunk_id,
+                        r.epoch,
+                        r.payload,
+                        r.rows_in,
+                        r.rows_out,
+                        r.checksum,
+                        readable=self._readable(link.worker_id, r.chunk_id, r.payload),
                     )
                 elif kind == "failure":
                     f = msg.failure

@@ -5,14 +5,23 @@ from __future__ import annotations
 import pytest
 
 from core.errors import ConfigError
-from core.fault_spec import EXAMPLES, KINDS, FaultSpec, parse_duration
+from core.fault_spec import EXAMPLES, KINDS, TRIGGERS, FaultSpec, parse_duration
 
 
 @pytest.mark.parametrize("text", EXAMPLES)
 def test_examples_parse_and_round_trip(text: str) -> None:
     spec = FaultSpec.parse(text)
     assert FaultSpec.parse(spec.text()) == spec
-    assert set(dict(spec.params)) == set(KINDS[spec.kind])
+    names = set(dict(spec.params))
+    triggers = names & set(TRIGGERS.get(spec.kind, ()))
+    assert names - triggers == set(KINDS[spec.kind])
+    assert len(triggers) == (1 if spec.kind in TRIGGERS else 0)
+
+
+def test_event_triggers_are_whole_numbers() -> None:
+    assert FaultSpec.parse("query-restart:after-epoch=5")["after-epoch"] == 5
+    assert FaultSpec.parse("kill-worker:after-chunks=0").text() == "kill-worker:after-chunks=0"
+    assert FaultSpec.parse("agent-restart:at=3s").get("after-epoch") is None
 
 
 def test_values_are_seconds_and_fractions() -> None:
@@ -26,7 +35,11 @@ def test_values_are_seconds_and_fractions() -> None:
     ("text", "needle"),
     [
         ("boom:every=1s", "unknown fault kind"),
-        ("kill-worker", "lacks every="),
+        ("kill-worker", "lacks every= or after-chunks="),
+        ("query-restart:at=1s,after-epoch=2", "takes only one of at= or after-epoch="),
+        ("agent-restart:after-epoch=1.5", "not a whole number"),
+        ("agent-restart:after-epoch=-1", "not a whole number"),
+        ("throttle", "lacks share="),
         ("kill-worker:every=0s", "must be positive"),
         ("kill-worker:every=soon", "not a duration"),
         ("throttle:share=1.2", "not in [0, 1]"),

@@ -10,6 +10,7 @@ The fast tests at the top check the pieces that need no LocalStack.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from io import BytesIO
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from core.deployment import Deployment, load_deployment, stack_file
@@ -287,6 +289,28 @@ def test_localstack_throttles_at_reserved_concurrency_and_nothing_is_lost(
     assert summary["records_offloaded"] > 0 and summary["workers_started"] >= 1, summary
 
 
+def _agent_ports() -> set[int]:
+    """The ports the run's agent (`python -m router.agent`, started by this process) listens on."""
+    ports: set[int] = set()
+    for proc in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if "router.agent" in proc.cmdline():
+                ports |= {c.laddr.port for c in proc.net_connections("tcp") if c.status == psutil.CONN_LISTEN}
+    return ports
+
+
+def _dialled_the_agent(pid: int) -> bool:
+    """True once runtime `pid` (or a process it started) holds a connection to the run's agent."""
+    ports = _agent_ports()
+    with contextlib.suppress(psutil.Error):
+        runtime = psutil.Process(pid)
+        for proc in [runtime, *runtime.children(recursive=True)]:
+            for c in proc.net_connections("tcp"):
+                if c.status == psutil.CONN_ESTABLISHED and c.raddr and c.raddr.port in ports:
+                    return True
+    return False
+
+
 @pytest.mark.slow
 @pytest.mark.spark
 def test_injected_throttles_and_a_killed_runtime_lose_nothing(spark, deployed, tmp_path: Path) -> None:
@@ -298,14 +322,14 @@ def test_injected_throttles_and_a_killed_runtime_lose_nothing(spark, deployed, t
     killed: list[int] = []
 
     def kill_one_busy_runtime() -> None:
-        # Runtimes of earlier tests may still be warm and idle: kill only one that appears after this start.
+        # Runtimes of earlier tests may still be warm and idle: kill only one that appears after this start,
+        # once it has dialled the agent (a worker is sent chunks as soon as it says hello).
         before = set(runtime_pids(handle.pid))
-        deadline = time.time() + 60
+        deadline = time.time() + 60  # a bounded wait: it ends when such a runtime is found
         while time.time() < deadline and not killed:
-            fresh = [p for p in runtime_pids(handle.pid) if p not in before]
-            if fresh:
-                time.sleep(1.5)  # connected and holding chunks
-                killed.append(kill(fresh[:1]))
+            connected = [p for p in runtime_pids(handle.pid) if p not in before and _dialled_the_agent(p)]
+            if connected:
+                killed.append(kill(connected[:1]))
                 return
             time.sleep(0.1)
 

@@ -1,4 +1,4 @@
-"""The handler stays thin: a cheap cold import, warm state kept, settings read once from the environment."""
+"""The handler stays thin: a light cold import, warm state kept, settings read once from the environment."""
 
 from __future__ import annotations
 
@@ -16,24 +16,17 @@ pytestmark = pytest.mark.timeout(120)
 HEAVY = ("polars", "pyarrow", "grpc", "aws_xray_sdk", "boto3", "pyspark")
 
 
-def test_importing_the_handler_imports_nothing_heavy_and_is_fast() -> None:
+def test_importing_the_handler_imports_nothing_heavy() -> None:
+    """What it imports; how long the import takes is tests/test_layers.py's budget."""
     code = (
-        "import json, sys, time; t = time.perf_counter();"
-        "import lambda_worker.handler;"
-        "dt = time.perf_counter() - t;"
-        f"print(json.dumps({{'s': dt, 'heavy': [m for m in {list(HEAVY)!r} if m in sys.modules]}}))"
+        "import json, sys; import lambda_worker.handler;"
+        f"print(json.dumps([m for m in {list(HEAVY)!r} if m in sys.modules]))"
     )
     env = {"POWERTOOLS_TRACE_DISABLED": "true", "PATH": ""}
-    runs = [
-        json.loads(
-            subprocess.run(
-                [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env, timeout=60
-            ).stdout
-        )
-        for _ in range(3)
-    ]
-    assert runs[0]["heavy"] == []
-    assert min(r["s"] for r in runs) < 0.5  # the cold-start import budget of the handler module itself
+    p = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env, timeout=60
+    )
+    assert json.loads(p.stdout) == []
 
 
 def test_settings_come_from_the_environment_once() -> None:

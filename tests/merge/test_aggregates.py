@@ -40,6 +40,8 @@ def test_max_with_ties_keeps_every_record_at_the_maximum(a: list[int], b: list[i
     if a + b:
         top = max(a + b)
         assert sorted(r["i"] for r in whole) == sorted(r["i"] for _, r in items_a + items_b if r["v"] == top)
+    else:  # no records: no maximum, and nothing kept
+        assert whole == [] and merged == []
 
 
 def test_unknown_aggregate_names_the_choices() -> None:

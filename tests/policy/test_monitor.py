@@ -2,21 +2,48 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
 
 from policy.monitor import Monitor, ProcessTreeCpu
 
+# Bounded waits: each ends as soon as its event happens; the deadline only stops a test that hangs.
+WAIT_S = 30.0
+
+# Waits for a go file, burns 0.4 s of CPU, writes a done file, then sleeps: the test decides when it burns.
 BURN = (
-    "import time\ntime.sleep(1)\nt = time.process_time()\n"
-    "while time.process_time() - t < {s}: pass\ntime.sleep(30)"
+    "import os, sys, time\n"
+    "go, done = sys.argv[1], sys.argv[2]\n"
+    "while not os.path.exists(go): time.sleep(0.01)\n"
+    "t = time.process_time()\n"
+    "while time.process_time() - t < 0.4: pass\n"
+    "open(done, 'w').close()\n"
+    "time.sleep(60)\n"
 )
 
 
-def test_the_cpu_of_descendants_is_counted_and_walking_the_tree_is_rare() -> None:
-    child = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {BURN.format(s=0.4)!r}])"
+def _wait(cond: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not cond():
+        assert time.monotonic() < deadline, f"{what} did not happen within {WAIT_S:g} s"
+        time.sleep(0.02)
+
+
+def _asleep(proc: psutil.Process) -> bool:
+    return proc.status() == psutil.STATUS_SLEEPING
+
+
+def test_the_cpu_of_descendants_is_counted_and_walking_the_tree_is_rare(tmp_path: Path) -> None:
+    go, done = tmp_path / "go", tmp_path / "done"
+    burner = [BURN, str(go), str(done)]
+    child = f"import subprocess, sys; subprocess.run([sys.executable, '-c', *{burner!r}])"
     parent = subprocess.Popen([sys.executable, "-c", child])
     walks = []
 
@@ -25,19 +52,22 @@ def test_the_cpu_of_descendants_is_counted_and_walking_the_tree_is_rare() -> Non
         return [parent.pid]
 
     try:
+        _wait(lambda: bool(psutil.Process(parent.pid).children()), "the grandchild's start")
         cpu = ProcessTreeCpu(roots, rescan_every=10)
-        deadline = time.time() + 20
-        while cpu.seconds() < 0.35 and time.time() < deadline:  # found asleep, it then burns 0.4 s
-            time.sleep(0.1)
-            cpu._samples = 0  # walk again: the grandchild may not exist yet
-        assert cpu.seconds() >= 0.35
+        cpu.seconds()  # the walk finds the grandchild while it waits: it is counted from here
         walked = len(walks)
+        go.touch()
+        _wait(done.exists, "the grandchild's 0.4 s burn")
+        assert cpu.seconds() >= 0.35
         for _ in range(4):  # between walks only the known processes are read
             cpu.seconds()
         assert len(walks) == walked
     finally:
+        with contextlib.suppress(psutil.Error):  # the grandchild first, while it is still the parent's
+            for proc in psutil.Process(parent.pid).children(recursive=True):
+                proc.kill()
         parent.kill()
-        os.system(f"pkill -P {parent.pid} >/dev/null 2>&1")
+        parent.wait()
 
 
 def test_an_observation_turns_counters_into_rates() -> None:
@@ -57,17 +87,24 @@ def test_an_observation_turns_counters_into_rates() -> None:
     assert (second.t, second.input_rate, second.processed_rate, second.backlog) == (1.0, 10_000, 8_000, 2_000)
     third = monitor.observe()
     assert third.backlog == 7_000 and third.queue_delay_s == 7_000 / 12_000
-    assert third.cost_ms < 50
 
 
 def test_a_process_counts_from_when_it_is_found_not_with_its_history() -> None:
-    busy = subprocess.Popen([sys.executable, "-c", BURN.format(s=0.0).replace("time.sleep(1)", "") + "\n"])
+    burn = (
+        "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.2: pass\n"
+        "print('burnt', flush=True)\ntime.sleep(60)\n"
+    )
+    busy = subprocess.Popen([sys.executable, "-c", burn], stdout=subprocess.PIPE, text=True)
     try:
-        time.sleep(0.5)  # it has spent its start-up CPU
+        assert busy.stdout is not None and busy.stdout.readline() == "burnt\n"
+        proc = psutil.Process(busy.pid)
+        _wait(lambda: _asleep(proc), "the burner's sleep")
+        assert sum(proc.cpu_times()[:2]) >= 0.15  # its history: start-up and a 0.2 s burn
         cpu = ProcessTreeCpu(lambda: [busy.pid])
         assert cpu.seconds() == 0.0  # found now: nothing counted yet
     finally:
         busy.kill()
+        busy.wait()
 
 
 def test_the_epoch_utilisation_is_what_the_fixed_cost_leaves_of_an_epoch() -> None:

@@ -182,10 +182,10 @@ def test_a_stopping_agent_drains_its_workers(make_agent, secret) -> None:  # typ
     with AgentClient(agent.address, secret) as client:
         client.offload(1, 0, 0, Q5, bids(2_000))
     agent.stop(grace_s=0.5)
-    for _ in range(50):
-        if invoker.results:
-            break
-        threading.Event().wait(0.1)
+    deadline = time.monotonic() + 30  # a bounded wait for the worker's session to end
+    while not invoker.results:
+        assert time.monotonic() < deadline, "the worker's session never ended"
+        time.sleep(0.02)
     summary = invoker.results[0]
     assert summary["reason"] in ("drained", "closed") and summary["chunks"] == 1
 

@@ -126,8 +126,9 @@ def test_a_worker_killed_mid_chunk_loses_nothing(make_agent, secret, tmp_path) -
     chunks = _chunks(data)
     with AgentClient(agent.address, secret) as client, ThreadPoolExecutor(1) as pool:
         first = pool.submit(client.offload, 1, 0, 0, Q5, chunks[0])
+        # Killed while it holds the chunk: whether the chunk is still on its way or the worker is asleep
+        # inside it (delay_s), the agent sees a worker die with a chunk in flight and takes it back.
         _wait(lambda: agent.stats()[stats.CHUNKS_DISPATCHED] >= 1)
-        time.sleep(0.3)  # the worker is now sleeping inside the chunk
         victim = next(e for e in fleet.environments() if e.ordinal == 0)
         os.kill(victim.pid, signal.SIGKILL)
         results = [first.result(60), *_offload_all(client, Q5, chunks[1:], first_seq=1)]

@@ -22,8 +22,11 @@ from router.agent_process import AgentProcess, AgentProcessConfig, free_port, wr
 
 pytestmark = pytest.mark.timeout(60)
 
-DEADLINE_S = 1.0
+# Bounded waits, the point of these tests: the launcher gives up at its deadline, and not much later.
+DEADLINE_S = 1.0  # for a stand-in that never gets ready: nothing has to happen before the deadline
+READY_DEADLINE_S = 2.0  # for one that prints its ready line first: >= 5x a bare Python start-up, loaded
 MARGIN_S = 5.0  # the launcher's own work after the deadline (kill, reap) on a loaded machine
+EARLY_EXIT_DEADLINE_S = 60.0  # for one that exits: the launcher must not wait for the deadline
 
 
 PID = "open(sys.argv[1], 'w').write(str(os.getpid()))\n"
@@ -41,9 +44,9 @@ class StandInConfig(AgentProcessConfig):
         return [sys.executable, "-c", "import os, sys, time\n" + PID + self.script, str(pid_file)]
 
 
-def _stand_in(tmp_path: Path, script: str, **kwargs: Any) -> StandInConfig:
+def _stand_in(tmp_path: Path, script: str, deadline_s: float = DEADLINE_S, **kwargs: Any) -> StandInConfig:
     return StandInConfig(
-        secret_file=tmp_path / "secret", max_workers=0, start_timeout_s=DEADLINE_S, script=script, **kwargs
+        secret_file=tmp_path / "secret", max_workers=0, start_timeout_s=deadline_s, script=script, **kwargs
     )
 
 
@@ -77,18 +80,20 @@ def test_a_silent_agent_that_never_listens_is_killed_at_the_deadline(tmp_path) -
 def test_an_agent_that_announces_a_port_it_never_serves_is_killed_at_the_deadline(tmp_path) -> None:  # type: ignore[no-untyped-def]
     port = free_port()
     ready = json.dumps({"event": "listening", "port": port})
-    config = _stand_in(tmp_path, f"print({ready!r}, flush=True)\ntime.sleep(3600)\n", port=port)
+    script = f"print({ready!r}, flush=True)\ntime.sleep(3600)\n"
+    config = _stand_in(tmp_path, script, deadline_s=READY_DEADLINE_S, port=port)
     error, took = _start_fails(config)
-    assert DEADLINE_S <= took < DEADLINE_S + MARGIN_S
+    assert READY_DEADLINE_S <= took < READY_DEADLINE_S + MARGIN_S
     assert f"reported port {port} but did not serve gRPC" in error.message
     assert _gone(tmp_path / "stand-in.pid")
 
 
 def test_an_agent_that_exits_early_is_reported_with_its_status_and_stderr(tmp_path) -> None:  # type: ignore[no-untyped-def]
     log = tmp_path / "run" / "workers.log"
-    config = _stand_in(tmp_path, "print('no secret here', file=sys.stderr)\nsys.exit(3)\n", log_path=log)
+    script = "print('no secret here', file=sys.stderr)\nsys.exit(3)\n"
+    config = _stand_in(tmp_path, script, deadline_s=EARLY_EXIT_DEADLINE_S, log_path=log)
     error, took = _start_fails(config)
-    assert took < DEADLINE_S  # no need to wait for the deadline: it is gone
+    assert took < EARLY_EXIT_DEADLINE_S  # no need to wait for the deadline: it is gone
     assert "exited with status 3" in error.message and "no secret here" in error.message
     assert str(log.with_suffix(".agent.log")) in error.hint
 

@@ -123,12 +123,12 @@ def test_offload_survives_an_agent_restart_on_the_same_address(agent_cli, secret
     first = agent_cli(port, "--inject", "slow-worker:share=1,delay=60s", "--chunk-timeout-s", "60")
     data = bids(5_000)
     want = sorted_rows(Q7.compile().run_table(data))
-    with AgentClient(f"127.0.0.1:{port}", secret, retry_budget_s=60) as client, ThreadPoolExecutor(1) as pool:
+    with AgentClient(f"127.0.0.1:{port}", secret, retry_budget_s=60) as client, ThreadPoolExecutor(2) as pool:
         in_flight = _stalled_chunk_in_flight(client, pool, data)
         first.send_signal(signal.SIGKILL)
         first.wait(10)
-        time.sleep(0.5)  # calls made now wait for the agent (wait_for_ready)
-        again = pool.submit(client.offload, 1, 0, 1, Q7, data)
+        _wait(lambda: client.retries >= 1)  # the in-flight call saw the agent go and asks again
+        again = pool.submit(client.offload, 1, 0, 1, Q7, data)  # made while no agent listens: it waits
         second = agent_cli(port)  # a new agent: it knows neither the program nor the chunks
         assert sorted_rows(in_flight.result(60).table) == want
         assert sorted_rows(again.result(60).table) == want
@@ -142,12 +142,14 @@ def test_offload_survives_an_agent_restart_on_the_same_address(agent_cli, secret
 def test_a_chunk_slower_than_the_call_timeout_is_collected_by_asking_again(make_agent, secret) -> None:  # type: ignore[no-untyped-def]
     # No worker can be had (every invoke is throttled), so the chunk runs in the agent after 1.5 s; each
     # call gives up after 0.5 s with the agent's "not done yet" and the next one joins the same chunk.
+    # The first call always gives up (the chunk cannot be done before 1.5 s); how many more do depends
+    # on how fast the machine is, so the count is only bounded below.
     agent = make_agent(ThreadInvoker(concurrency_limit=0), dispatch={"local_fallback_s": 1.5})
     data = bids(3_000)
     with AgentClient(agent.address, secret, timeout_s=0.5, retry_budget_s=30) as client:
         result = client.offload(1, 0, 0, Q5, data)
         s = client.stats()
-    assert client.retries >= 2 and result.cached and result.ran_locally
+    assert client.retries >= 1 and result.cached and result.ran_locally
     assert sorted_rows(result.table) == sorted_rows(Q5.compile().run_table(data))
     assert s[stats.CHUNKS_SUBMITTED] == 1 and s[stats.CACHE_HITS] == client.retries
 
@@ -172,4 +174,7 @@ def test_with_no_agent_the_retries_end_with_the_budget(secret) -> None:  # type:
     with client, pytest.raises(OffloadError) as info:
         client.offload(1, 0, 0, Q5, bids(100))
     assert info.value.code in ("DEADLINE_EXCEEDED", "UNAVAILABLE") and client.retries >= 1
-    assert 1.2 < time.monotonic() - started < 5
+    # A bounded wait, the test's point: the client keeps asking until the budget is nearly spent (the last
+    # try starts only if its backoff ends within the budget) and then gives up. The upper bound is 10x
+    # the 1.5 s budget, room for a loaded machine.
+    assert 1.2 < time.monotonic() - started < 15

@@ -109,6 +109,21 @@ def test_the_killer_prefers_a_worker_holding_a_chunk_and_skips_empty_ticks() -> 
     assert backend.killed == ["busy", "idle"] and counters.get(stats.INJECTED_KILL_WORKER) == 2
 
 
+def test_a_chunk_count_kill_fires_once_after_that_many_dispatches() -> None:
+    backend, counters = _Backend(alive={"a", "b"}), stats.Counters()
+    connected: list[tuple[str, int | None]] = [("a", None), ("b", 3)]
+    killer = WorkerKiller(
+        FaultSpec.parse("kill-worker:after-chunks=3"), backend, lambda: list(connected), counters, seed=1
+    )
+    counters.add(stats.CHUNKS_DISPATCHED, 2)
+    assert killer.tick() is None  # two dispatched: not yet, whatever the clock says
+    counters.add(stats.CHUNKS_DISPATCHED)
+    assert killer.tick() == "b"  # the third went out: the worker holding a chunk dies
+    counters.add(stats.CHUNKS_DISPATCHED, 10)
+    assert killer.tick() is None  # once
+    assert backend.killed == ["b"] and counters.get(stats.INJECTED_KILL_WORKER) == 1
+
+
 def test_the_agent_refuses_faults_it_cannot_inject(secret: bytes) -> None:
     with pytest.raises(ConfigError, match="injects only kill-worker, throttle, slow-worker"):
         AgentConfig(secret=secret, faults=(FaultSpec.parse("agent-restart:at=3s"),))

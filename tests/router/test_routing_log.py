@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import json
+import multiprocessing
+import os
+import re
+import signal
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from core import atomic_write
+from core.errors import ConfigError, InputError
 from core.offload_plan import OffloadPlan
 from router.routing_log import (
     RoutingLog,
@@ -21,6 +30,7 @@ from router.routing_log import (
 LOCAL = OffloadPlan.local(0)
 HALF = OffloadPlan(version=1, share=0.5, workers=2)
 ALL = OffloadPlan(version=2, share=1.0, workers=2)
+LOCAL3 = OffloadPlan.local(3)
 
 
 def test_a_plan_change_applies_from_the_first_offset_nobody_has_routed(tmp_path: Path) -> None:
@@ -72,3 +82,245 @@ def test_the_two_shares_partition_the_records(cuts: list[int], shares: list[floa
             assert not part.any()
         elif seg.plan.share == 1.0:
             assert part.all()
+
+
+# ---- several processes, crashes and damaged files ---------------------------------------------------
+#
+# The children below run in fresh interpreters (multiprocessing's "spawn"), so the lock they share is
+# the real flock between processes, and a SIGKILL stops one exactly where a crash would.
+
+WRITERS = 4
+EPOCH = 100
+EPOCHS = 30
+SPAWN = multiprocessing.get_context("spawn")
+
+
+def _plan(version: int) -> OffloadPlan:
+    return OffloadPlan(version=version, share=(0.0, 0.25, 0.5, 1.0)[version % 4], workers=2)
+
+
+def _ranges(writer: int) -> list[tuple[int, int]]:
+    """What each process reads: two read the same epochs (the VM's and the workers' stream), one reads
+    ranges that straddle them, one reads tasks inside them."""
+    ranges = {
+        0: [(k * EPOCH, (k + 1) * EPOCH) for k in range(EPOCHS)],
+        1: [(k * EPOCH, (k + 1) * EPOCH) for k in range(EPOCHS)],
+        2: [(k * EPOCH + 50, k * EPOCH + 170) for k in range(EPOCHS)],
+        3: [(k * EPOCH + 25, k * EPOCH + 75) for k in range(EPOCHS)],
+    }
+    return ranges[writer]
+
+
+def _route_concurrently(directory: str, writer: int, start: Any, out: str) -> None:
+    """One reader process: route its ranges with whatever plan is current, publishing a new plan now
+    and then, so the plan changes under the other processes' feet."""
+    root = Path(directory)
+    log = RoutingLog(root, "bid")
+    start.wait(timeout=60)
+    got = []
+    for k, (lo, hi) in enumerate(_ranges(writer)):
+        if k % WRITERS == writer:
+            write_current_plan(root, _plan(writer * 1000 + k))
+        segments = log.plan_range(lo, hi, read_current_plan(root))
+        got.append([lo, hi, [[s.start, s.plan.dumps()] for s in segments]])
+    Path(out).write_text(json.dumps(got))
+
+
+def _route_then_die(directory: str, start: int, end: int, plan: str) -> None:
+    """Route a range, but die (SIGKILL: no cleanup, no flush) after the log line is on disk and before
+    the high-water mark moves: the mark is the routing log's only `atomic_write.write_text`."""
+
+    def killed(target: Path, text: str) -> None:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    atomic_write.write_text = killed
+    RoutingLog(Path(directory), "bid").plan_range(start, end, OffloadPlan.loads(plan))
+
+
+def _run(target: Any, *args: Any) -> int | None:
+    child = SPAWN.Process(target=target, args=args)
+    child.start()
+    child.join(120)
+    if child.is_alive():
+        child.kill()
+        child.join()
+        raise AssertionError(f"{target.__name__} did not finish in 120 s")
+    return child.exitcode
+
+
+def _lines(tmp_path: Path) -> list[dict[str, Any]]:
+    """The log's lines, each of which must be a whole JSON object."""
+    text = (tmp_path / "routing-bid.jsonl").read_text()
+    assert text.endswith("\n")
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def _line(start: int, plan: OffloadPlan) -> bytes:
+    return (json.dumps({"from": start, "plan": plan.to_json()}) + "\n").encode()
+
+
+def test_processes_routing_at_once_agree_on_the_plan_of_every_offset(tmp_path: Path) -> None:
+    write_current_plan(tmp_path, _plan(0))
+    start = SPAWN.Barrier(WRITERS)
+    children = [
+        SPAWN.Process(target=_route_concurrently, args=(str(tmp_path), w, start, str(tmp_path / f"{w}.json")))
+        for w in range(WRITERS)
+    ]
+    for child in children:
+        child.start()
+    for child in children:
+        child.join(180)
+    for child in children:
+        if child.is_alive():
+            child.kill()
+            child.join()
+    assert [c.exitcode for c in children] == [0] * WRITERS
+
+    # The log parses, and its starts strictly increase from 0: each offset below the mark is routed
+    # by exactly one segment (no two processes appended for the same offsets).
+    log = RoutingLog(tmp_path, "bid")
+    starts = [line["from"] for line in _lines(tmp_path)]
+    assert starts[0] == 0 and starts == sorted(set(starts))
+    segments = log.segments()
+    assert [s.start for s in segments] == starts
+    assert log.high_water_mark() == max(hi for w in range(WRITERS) for _, hi in _ranges(w))
+    assert len({s.plan for s in segments}) > 1  # the plan did change while they routed
+
+    # Every answer any process got is what the final log says: they all agree, on every offset.
+    answers = [row for w in range(WRITERS) for row in json.loads((tmp_path / f"{w}.json").read_text())]
+    for lo, hi, got in answers:
+        assert got == [[s.start, s.plan.dumps()] for s in covering(segments, lo, hi)], (lo, hi)
+    # A replay of any range, whatever the plan now, gets the same segments and writes nothing.
+    before = (tmp_path / "routing-bid.jsonl").read_bytes()
+    for lo, hi, got in answers:
+        replayed = RoutingLog(tmp_path, "bid").plan_range(lo, hi, _plan(99))
+        assert [[s.start, s.plan.dumps()] for s in replayed] == got
+    assert (tmp_path / "routing-bid.jsonl").read_bytes() == before
+
+
+@pytest.mark.parametrize("next_plan", [LOCAL3, ALL, HALF], ids=["new-plan", "killed-plan", "same-plan"])
+def test_a_writer_killed_between_its_line_and_its_mark_routed_nothing(
+    tmp_path: Path, next_plan: OffloadPlan
+) -> None:
+    log = RoutingLog(tmp_path, "bid")
+    assert log.plan_range(0, 1000, HALF) == (Segment(0, HALF),)
+    ids = np.arange(0, 1000, dtype=np.int64)
+    first = routed_mask(log.segments(), ids)
+
+    assert _run(_route_then_die, str(tmp_path), 1000, 2000, ALL.dumps()) == -signal.SIGKILL
+    assert [line["from"] for line in _lines(tmp_path)] == [0, 1000]  # the line is there ...
+    assert log.high_water_mark() == 1000  # ... the mark is not: nobody was handed offset 1000
+
+    # Readers see what was handed out, and a replayed epoch routes every record as the first time.
+    assert log.segments() == [Segment(0, HALF)]
+    assert log.plan_range(0, 1000, next_plan) == (Segment(0, HALF),)
+    assert np.array_equal(routed_mask(log.segments(), ids), first)
+    # The next writer routes the new offsets by the plan now current, and drops the dead line.
+    expected = (Segment(0, HALF),) if next_plan == HALF else (Segment(1000, next_plan),)
+    assert log.plan_range(1000, 2000, next_plan) == expected
+    assert [line["from"] for line in _lines(tmp_path)] == [s.start for s in log.segments()]
+    assert log.plan_range(500, 1500, LOCAL) == covering(log.segments(), 500, 1500)
+    assert log.high_water_mark() == 2000
+
+
+def test_a_writer_killed_in_its_first_call_leaves_a_log_that_starts_afresh(tmp_path: Path) -> None:
+    assert _run(_route_then_die, str(tmp_path), 0, 500, ALL.dumps()) == -signal.SIGKILL
+    log = RoutingLog(tmp_path, "bid")
+    assert (log.segments(), log.high_water_mark()) == ([], 0)
+    assert log.plan_range(0, 500, HALF) == (Segment(0, HALF),)
+    assert _lines(tmp_path) == [{"from": 0, "plan": HALF.to_json()}]
+
+
+@pytest.mark.parametrize(
+    "torn",
+    [b'{"from": 1000, "pl', _line(1000, ALL)[:-1], b"\x00\x00\x00\x00"],
+    ids=["half-a-line", "all-but-the-newline", "zeros"],
+)
+def test_a_torn_last_line_is_ignored_and_cut_by_the_next_writer(tmp_path: Path, torn: bytes) -> None:
+    """A line without its newline is a write that never finished: its writer died before moving the
+    mark, so nobody was handed those offsets and nothing is lost by dropping it."""
+    log = RoutingLog(tmp_path, "bid")
+    log.plan_range(0, 1000, HALF)
+    with open(tmp_path / "routing-bid.jsonl", "ab") as f:
+        f.write(torn)
+    assert log.segments() == [Segment(0, HALF)]
+    assert log.plan_range(0, 1000, ALL) == (Segment(0, HALF),)
+    assert log.plan_range(1000, 2000, LOCAL3) == (Segment(1000, LOCAL3),)
+    assert _lines(tmp_path) == [{"from": 0, "plan": HALF.to_json()}, {"from": 1000, "plan": LOCAL3.to_json()}]
+
+
+BAD_LINES = {
+    "not-json": b"garbage",
+    "no-plan": b'{"from": 500}',
+    "bad-plan": _line(500, HALF)[:-1].replace(b'"share": 0.5', b'"share": 2.0'),
+    "negative-offset": _line(-1, HALF)[:-1],
+    "not-utf8": b"\xff\xfe",
+    "starts-before-the-line-above": _line(50, ALL)[:-1],
+}
+
+
+@pytest.mark.parametrize("bad", list(BAD_LINES.values()), ids=list(BAD_LINES))
+def test_a_malformed_line_before_the_last_is_an_error_naming_the_file_and_line(
+    tmp_path: Path, bad: bytes
+) -> None:
+    """A whole line that does not parse is not a torn write: which plan routed those offsets is lost,
+    and guessing would re-route records a committed epoch already counted."""
+    path = tmp_path / "routing-bid.jsonl"
+    path.write_bytes(_line(0, HALF) + _line(100, LOCAL3) + bad + b"\n" + _line(1000, ALL))
+    (tmp_path / "routing-bid.hwm").write_text("2000")
+    before = path.read_bytes()
+    log = RoutingLog(tmp_path, "bid")
+    for attempt in (
+        log.segments,
+        lambda: log.plan_range(0, 100, LOCAL),
+        lambda: log.plan_range(2000, 3000, LOCAL),
+    ):
+        with pytest.raises(InputError, match=re.escape(f"{path}:3:")) as info:
+            attempt()
+        assert "fresh checkpoint" in info.value.hint
+    assert path.read_bytes() == before  # nothing was "repaired"
+    assert log.high_water_mark() == 2000
+
+
+def test_a_malformed_whole_last_line_is_corruption_too(tmp_path: Path) -> None:
+    """The writer puts a line and its newline in one write: a last line with its newline is whole."""
+    path = tmp_path / "routing-bid.jsonl"
+    path.write_bytes(_line(0, HALF) + b'{"from": 1000, "plan": null}\n')
+    with pytest.raises(InputError, match=re.escape(f"{path}:2:")):
+        RoutingLog(tmp_path, "bid").plan_range(1000, 2000, ALL)
+
+
+def test_a_damaged_mark_or_a_lost_log_is_an_error(tmp_path: Path) -> None:
+    log = RoutingLog(tmp_path, "bid")
+    (tmp_path / "routing-bid.hwm").write_text("12x")
+    with pytest.raises(InputError, match=re.escape(str(tmp_path / "routing-bid.hwm"))):
+        log.plan_range(0, 100, HALF)
+    (tmp_path / "routing-bid.hwm").write_text("2000")  # the mark says offsets were handed out ...
+    with pytest.raises(InputError, match="no plan for offset 0"):  # ... but the log has no plan for them
+        log.segments()
+
+
+def test_segments_that_share_a_start_route_by_the_later_one(tmp_path: Path) -> None:
+    """A log written before dead lines were dropped may hold one; the first routes nothing, as before."""
+    (tmp_path / "routing-bid.jsonl").write_bytes(_line(0, HALF) + _line(1000, ALL) + _line(1000, LOCAL3))
+    (tmp_path / "routing-bid.hwm").write_text("2000")
+    log = RoutingLog(tmp_path, "bid")
+    assert log.segments() == [Segment(0, HALF), Segment(1000, LOCAL3)]
+    assert log.plan_range(500, 2500, ALL) == (Segment(0, HALF), Segment(1000, LOCAL3), Segment(2000, ALL))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [b"", b"{not json", b'{"format": 1}', b"[1, 2]", b'{"format": 9, "version": 1}', b"\xff\xfe"],
+    ids=["empty", "not-json", "missing-fields", "not-an-object", "unknown-fields", "not-utf8"],
+)
+def test_a_malformed_plan_file_is_an_error_naming_it(tmp_path: Path, text: bytes) -> None:
+    (tmp_path / "plan.json").write_bytes(text)
+    with pytest.raises(ConfigError, match=re.escape(str(tmp_path / "plan.json"))) as info:
+        read_current_plan(tmp_path)
+    assert "write_current_plan" in info.value.hint
+
+
+def test_a_missing_plan_file_is_an_error_naming_it(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=re.escape(str(tmp_path / "plan.json"))):
+        read_current_plan(tmp_path)

@@ -44,12 +44,16 @@ def test_a_short_vmbase_drill_adds_a_vm_whose_executor_takes_tasks(tmp_path: Pat
     decisions = [json.loads(line)["decision"] for line in log]
     fired = [d for d in decisions if d["trigger"] != "hold" and d["share"] > 0]
     assert action["add"] == 1 and action["t"] == pytest.approx(fired[0]["t"], abs=0.01)
-    at_onset = [d for d in fired if LEAD_S <= d["t"] <= LEAD_S + 3]
-    assert at_onset, "the burst's onset did not fire the policy's trigger"
-    if action["t"] >= LEAD_S:
-        assert action["t"] <= LEAD_S + 3
-    else:
-        print(f"the policy fired at {action['t']:.1f} s, before the onset at {LEAD_S} s")
+    fired_at_onset = [d for d in fired if LEAD_S <= d["t"] <= LEAD_S + 3]
+    assert fired_at_onset, "the burst's onset did not fire the policy's trigger"
+    # Either alternative is accepted: the onset asked for the VM, or a stable second did first (the onset
+    # then fired the trigger again, checked just above, and the one request stands).
+    asked_at_onset = LEAD_S <= action["t"] <= LEAD_S + 3
+    asked_before_onset = action["t"] < LEAD_S
+    assert asked_at_onset or asked_before_onset, (
+        f"the VM was asked for at {action['t']:.1f} s ({fired[0]['trigger']}): neither before the onset "
+        f"at {LEAD_S} s nor within 3 s of it"
+    )
     base, added = child["vms"]
     assert base["base"] and not added["base"] and not added["warm"]
     assert added["requested_s"] == pytest.approx(action["t"], abs=0.5)
@@ -62,6 +66,8 @@ def test_a_short_vmbase_drill_adds_a_vm_whose_executor_takes_tasks(tmp_path: Pat
     assert became >= int(added["usable_s"]) and all(c == 2 for c in cores[became:])
     if added["usable_s"] >= LEAD_S:
         assert run["reaction_s"] == pytest.approx(added["usable_s"] - LEAD_S, abs=0.01)
+    else:  # the VM was usable before the burst began: there is no reaction to the burst to measure
+        assert run["reaction_s"] is None
 
     executors = {e["vm"]: e for e in child["executors"]}
     assert set(executors) == {0, 1}

@@ -192,20 +192,25 @@ def test_sfbase_is_refused_with_why_and_where_it_is_modelled() -> None:
 
 
 def test_the_pool_cpu_counts_a_joining_executor_from_when_it_joined() -> None:
-    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\ntime.sleep(30)"
-    child = subprocess.Popen([sys.executable, "-c", burn])
+    burn = (
+        "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\n"
+        "print('burnt', flush=True)\ntime.sleep(60)\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", burn], stdout=subprocess.PIPE, text=True)
     try:
-        deadline = time.time() + 20
+        assert child.stdout is not None and child.stdout.readline() == "burnt\n"
         proc = psutil.Process(child.pid)
-        while sum(proc.cpu_times()[:2]) < 0.25 and time.time() < deadline:
-            time.sleep(0.05)
+        deadline = time.monotonic() + 30  # a bounded wait for the sleep that follows the line
+        while proc.status() != psutil.STATUS_SLEEPING:
+            assert time.monotonic() < deadline, "the burner never went to sleep"
+            time.sleep(0.02)
         roots: list[int] = []
         cpu = ProcessTreeCpu(lambda: list(roots), rescan_every=1)
         assert cpu.seconds() == 0.0
         assert sum(proc.cpu_times()[:2]) >= 0.25
         roots.append(child.pid)  # an executor registers: its start-up CPU is not the query's work
         assert cpu.seconds() == 0.0
-        assert cpu.seconds() < 0.05  # it only sleeps from now on
+        assert cpu.seconds() == 0.0  # it only sleeps from now on
     finally:
         child.kill()
         child.wait()

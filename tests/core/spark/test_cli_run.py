@@ -37,13 +37,17 @@ def test_run_equals_reference_through_the_cli(tmp_path: Path) -> None:
 def test_run_with_offload_through_the_cli(tmp_path: Path) -> None:
     common = ["--events", "20000", "--seed", "4", "--window-size", "2", "--window-slide", "1"]
     run = ["--batch-events", "5000", "--offload-share", "0.5", "--workers", "2"]
-    faults = ["--inject", "kill-worker:every=1s", "--inject", "task-failure:share=0.2"]
+    # Task failures need the product's Spark retries (local[2,4]), which the in-process session lacks.
+    faults = ["--inject", "kill-worker:after-chunks=2", "--inject", "task-failure:share=0.3"]
     sponge("run", "q5", *common, *run, *faults, "--output", str(tmp_path / "run"))
     sponge("reference", "q5", *common, "--output", str(tmp_path / "ref"))
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["offload_share"] == 0.5 and summary["workers"] == 2 and summary["target"] == "embedded"
     assert summary["records_offloaded"] > 0 and summary["chunks_dispatched"] > 0
     assert summary["records_local"] + summary["records_routed_to_workers"] == summary["records_in"]
+    injected = summary["injected_faults"]
+    assert set(injected) == {"kill-worker", "task-failure"} and injected["kill-worker"] == 1, summary
+    assert injected["task-failure"] >= 1
     assert diff_results(read_results(tmp_path / "run"), read_results(tmp_path / "ref")) is None
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -19,19 +20,40 @@ def last_committed(checkpoint: Path) -> int:
     return max(int(f.name) for f in (checkpoint / "commits").iterdir() if f.name.isdigit())
 
 
+def _committed(checkpoint: Path) -> int:
+    """The last committed batch while the query runs, -1 before the first commit."""
+    try:
+        return last_committed(checkpoint)
+    except (FileNotFoundError, ValueError):
+        return -1
+
+
 def test_each_of_more_than_150_batches_is_seen_once(spark, tmp_path: Path) -> None:
     seen: list[int] = []
+    offsets: list[str | None] = []
+    held: list[int] = []  # the batch id that had committed when the slow hook let go
 
     def slow_hook(progress: dict) -> None:
         seen.append(progress["batchId"])
+        offsets.extend(o for s in progress["sources"] for o in (s["startOffset"], s["endOffset"]))
         if len(seen) == 3:
-            time.sleep(3)  # batches keep committing meanwhile; none of their progress may be lost
+            # Hold the run's thread until ten more batches have committed: their progress queues up
+            # meanwhile, and none of it may be lost. A bounded wait: it ends when they have.
+            deadline = time.monotonic() + 120
+            while (done := _committed(tmp_path / "out" / "_checkpoint")) < progress["batchId"] + 10:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            held.append(done)
 
     gen = GeneratorConfig(seed=7, events=BATCHES * PER_BATCH, schedule=RateSchedule.constant(100_000))
     config = RunConfig(query="q0", generator=gen, output=tmp_path / "out", max_events_per_batch=PER_BATCH)
     summary = run_query(config, progress=slow_hook)
 
+    assert held and held[0] >= seen[2] + 10, held  # the hook held on while batches went on
     assert len(seen) > 150
     assert len(seen) == len(set(seen)), "a batch's progress was seen twice"
     assert set(seen) == set(range(last_committed(tmp_path / "out" / "_checkpoint") + 1))
     assert summary["epochs"] == len(seen)
+    # Offsets as `lastProgress` gives them: JSON text, "null" where a source had none yet.
+    assert all(isinstance(json.loads(o or "null"), dict | None) for o in offsets) and "null" in offsets

@@ -20,6 +20,7 @@ from core.nexmark.generator import GeneratorConfig, generate
 from core.nexmark.schedule import RateSchedule
 from core.nexmark.schema import END_OF_STREAM_TIME_US, ENTITIES, schema_for
 from core.offload_plan import OffloadPlan
+from core.spark import source
 from core.spark.source import (
     EventRange,
     NexmarkStreamReader,
@@ -128,35 +129,54 @@ def test_unpaced_offsets_advance_by_max_events_per_batch() -> None:
     assert reader.latestOffset({"event": 0}, ReadMaxRows(10)) == {"event": 10}
 
 
-def test_paced_offsets_follow_the_wall_clock() -> None:
-    now = time.time()
-    opts = _options(pace="arrival", schedule="1000", pace_origin=str(now - 0.5))
-    reader = NexmarkStreamReader(opts)
+class _Clock:
+    """The wall clock as the source sees it, moved only by the test: which offsets are due then
+    depends on the schedule alone, never on how long this machine took between two lines."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def time(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
+    fake = _Clock(1_700_000_000.0)
+    monkeypatch.setattr(source, "time", fake)  # the source reads time.time() and nothing else
+    return fake
+
+
+def test_paced_offsets_follow_the_wall_clock(clock: _Clock) -> None:
+    now = clock.now
+    reader = NexmarkStreamReader(_options(pace="arrival", schedule="1000", pace_origin=str(now - 0.5)))
+    # 0.5 s of events at 1000/s are due: events 0 (due at once) to 500.
     first = reader.latestOffset({"event": 0}, ReadAllAvailable())["event"]
-    # About 0.5 s of events at 1000/s are due (event 0 is due at once), and never more than elapsed.
-    elapsed = time.time() - (now - 0.5)
-    assert 501 <= first <= int(elapsed * 1000) + 1
-    assert reader.latestOffset({"event": first}, ReadAllAvailable())["event"] >= first
+    assert first == 501
+    clock.now += 0.25  # a power of two: the clock's sums stay exact
+    assert reader.latestOffset({"event": first}, ReadAllAvailable())["event"] == 751
     # The punctuation is released only once every event is due (at 10/s, event 999 is due at 99.9 s).
-    almost = NexmarkStreamReader(_options(pace="arrival", schedule="10", pace_origin=str(now - 99.85)))
+    almost = NexmarkStreamReader(_options(pace="arrival", schedule="10", pace_origin=str(clock.now - 99.85)))
     assert almost.latestOffset({"event": 0}, ReadAllAvailable())["event"] == 999
-    done = NexmarkStreamReader(_options(pace="arrival", schedule="10", pace_origin=str(now - 99.95)))
-    assert done.latestOffset({"event": 0}, ReadAllAvailable())["event"] == 1001
-    # A stream that has not started yet has nothing due.
-    future = NexmarkStreamReader(_options(pace="arrival", pace_origin=str(now + 60)))
+    clock.now += 0.125
+    assert almost.latestOffset({"event": 999}, ReadAllAvailable())["event"] == 1001
+    # A stream that has not started yet has nothing due; one started now has event 0.
+    future = NexmarkStreamReader(_options(pace="arrival", pace_origin=str(clock.now + 60)))
     assert future.latestOffset({"event": 0}, ReadAllAvailable())["event"] == 0
+    assert NexmarkStreamReader(_options(pace="arrival")).latestOffset({"event": 0}, ReadAllAvailable()) == {
+        "event": 1
+    }
 
 
-def test_available_now_target_is_fixed_when_prepared() -> None:
-    reader = NexmarkStreamReader(
-        _options(pace="arrival", schedule="1000", pace_origin=str(time.time() - 0.2))
-    )
+def test_available_now_target_is_fixed_when_prepared(clock: _Clock) -> None:
+    reader = NexmarkStreamReader(_options(pace="arrival", schedule="1000", pace_origin=str(clock.now - 0.2)))
     reader.prepareForTriggerAvailableNow()
     target = reader.latestOffset({"event": 0}, ReadAllAvailable())["event"]
-    assert 200 <= target < 1000
-    time.sleep(0.05)
+    assert target == 201
+    clock.now += 10  # every event is due by now, but the trigger's target stays where it was
     assert reader.latestOffset({"event": 0}, ReadAllAvailable())["event"] == target
     assert reader.latestOffset({"event": target}, ReadAllAvailable())["event"] == target
+    assert reader.reportLatestOffset() == {"event": 1001}
 
 
 # ---------------------------------------------------------------------------------------------
