@@ -81,3 +81,43 @@ def fold(fn: AggregateFn, items: Sequence[Any]) -> Any:
     for x in items:
         state = fn.add(state, x)
     return state
+
+
+def desc_nulls_last(values: Sequence[Any]) -> tuple[Any, ...]:
+    """A sort key that ranks nulls below every value (used with reverse=True: descending, nulls last)."""
+    return tuple((v is not None, v) for v in values)
+
+
+def brute_force(call: Any, members: list[Row], arg: Callable[[Row], Any] | None = None) -> Any:
+    """`call` (a core.plan.AggCall) over a group's records, one record at a time. `arg` reads the
+    aggregate's argument from a record; by default the column `call.arg` names."""
+    if arg is None and call.arg is not None:
+        name = call.arg.name
+
+        def arg(r: Row) -> Any:
+            return r[name]
+
+    present = [a for a in (arg(r) for r in members) if a is not None] if arg else []
+    match call.fn:
+        case "count":
+            return len(members)
+        case "sum":
+            return sum(present) if present else None
+        case "min":
+            return min(present, default=None)
+        case "max":
+            return max(present, default=None)
+        case "avg":
+            return sum(present) / len(present) if present else None
+        case "max_with_ties":
+            assert arg is not None
+            best = max(present, default=None)
+            return [{f: r[f] for f in call.fields} for r in members if best is not None and arg(r) == best]
+        case "latest_n":
+            order = sorted(
+                members,
+                key=lambda r: desc_nulls_last([r[c] for c in (*call.order_by, *call.fields)]),
+                reverse=True,
+            )
+            return [{f: r[f] for f in call.fields} for r in order[: call.n]]
+    raise AssertionError(call.fn)

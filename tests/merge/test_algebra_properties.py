@@ -28,6 +28,7 @@ from merge.algebra import KINDS
 from merge.partials import finalize, merge_partials, partial_aggregate
 from merge.spark.sliding_top_k import SlidingTopK, fold_to_panes
 from merge.spark.window_join_count import JoinCount
+from tests.merge.reference_semantics import brute_force
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -95,37 +96,6 @@ def _windows(window: WindowSpec, t: int) -> list[tuple[int, int]]:
     size, slide = window.size_s * S, window.slide_s * S
     first = (t - size) // slide + 1
     return [(i * slide, i * slide + size) for i in range(first, t // slide + 1)]
-
-
-def _desc_nulls_last(values: tuple[Any, ...]) -> tuple[Any, ...]:
-    return tuple((v is not None, v) for v in values)
-
-
-def brute_force(call: AggCall, members: list[Row]) -> Any:
-    args = [r[call.arg.name] for r in members] if call.arg is not None else []  # type: ignore[attr-defined]
-    present = [a for a in args if a is not None]
-    match call.fn:
-        case "count":
-            return len(members)
-        case "sum":
-            return sum(present) if present else None
-        case "min":
-            return min(present, default=None)
-        case "max":
-            return max(present, default=None)
-        case "avg":
-            return sum(present) / len(present) if present else None
-        case "max_with_ties":
-            best = max(present, default=None)
-            return [{f: r[f] for f in call.fields} for r in members if best is not None and r["v"] == best]
-        case "latest_n":
-            order = sorted(
-                members,
-                key=lambda r: _desc_nulls_last(tuple(r[c] for c in (*call.order_by, *call.fields))),
-                reverse=True,
-            )
-            return [{f: r[f] for f in call.fields} for r in order[: call.n]]
-    raise AssertionError(call.fn)
 
 
 def expected(op: WindowAggregate, rows: list[Row]) -> dict[tuple, dict[str, Any]]:

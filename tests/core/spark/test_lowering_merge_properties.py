@@ -60,6 +60,7 @@ from core.spark.lower import _fusions, _local_partials, lower_plain, lower_rewri
 from core.spark.streams import EOS_TIME, keep_alive
 from lambda_worker.transient import TransientProgram
 from merge.algebra import KINDS
+from tests.merge.reference_semantics import brute_force
 
 S = 1_000_000  # µs
 T0 = 1_767_225_600 * S  # 2026-01-01, a multiple of every window size used here
@@ -229,38 +230,6 @@ def _windows(size_s: int, slide_s: int, t: int) -> list[tuple[int, int]]:
     return [(i * slide, i * slide + size) for i in range((t - size) // slide + 1, t // slide + 1)]
 
 
-def _desc_nulls_last(values: Sequence[Any]) -> tuple[Any, ...]:
-    return tuple((v is not None, v) for v in values)
-
-
-def direct(call: AggCall, arg: ArgFn | None, members: list[Row]) -> Any:
-    """`call` over a group's records, one record at a time."""
-    present = [a for a in (arg(r) for r in members) if a is not None] if arg else []
-    match call.fn:
-        case "count":
-            return len(members)
-        case "sum":
-            return sum(present) if present else None
-        case "min":
-            return min(present, default=None)
-        case "max":
-            return max(present, default=None)
-        case "avg":
-            return sum(present) / len(present) if present else None
-        case "max_with_ties":
-            assert arg is not None
-            best = max(present, default=None)
-            return [{f: r[f] for f in call.fields} for r in members if best is not None and arg(r) == best]
-        case "latest_n":
-            order = sorted(
-                members,
-                key=lambda r: _desc_nulls_last([r[c] for c in (*call.order_by, *call.fields)]),
-                reverse=True,
-            )
-            return [{f: r[f] for f in call.fields} for r in order[: call.n]]
-    raise AssertionError(call.fn)
-
-
 def expected(shape: Shape, records: list[Row]) -> dict[tuple, dict[str, Any]]:
     """(window start - T0, window end - T0, key...) -> each call's result, over all the records."""
     rows = _prefixed_rows(records) if shape.prefix else records
@@ -269,7 +238,8 @@ def expected(shape: Shape, records: list[Row]) -> dict[tuple, dict[str, Any]]:
         for start, end in _windows(shape.size_s, shape.slide_s, r[shape.names.time]):
             groups[(start - T0, end - T0, *[r[k] for k in shape.keys])].append(r)
     out = {
-        g: {o: direct(c, a, members) for o, (c, a) in shape.calls.items()} for g, members in groups.items()
+        g: {o: brute_force(c, members, a) for o, (c, a) in shape.calls.items()}
+        for g, members in groups.items()
     }
     return _ranked(out, shape.top_k) if shape.top_k else out
 
