@@ -262,13 +262,12 @@ def check_records(
         extra, missing = _rows(actual), _rows(expected)
     else:
         extra, missing = _exact_leftovers(actual, expected)
+    float_cols = [i for i, f in enumerate(actual.schema) if pa.types.is_floating(f.type)]
     if extra or missing:
-        float_cols = [i for i, f in enumerate(actual.schema) if pa.types.is_floating(f.type)]
         extra, missing = _tolerant_leftovers(extra, missing, float_cols, rel_tol, abs_tol)
     if not extra:
         return RecordCheck(missing, [], [])
     # An extra row that equals some expected row is a second copy of it; any other one is new.
-    float_cols = [i for i, f in enumerate(actual.schema) if pa.types.is_floating(f.type)]
     known_extra, _ = _tolerant_leftovers(extra, _rows(expected), float_cols, rel_tol, abs_tol)
     unexpected_ids = {id(r) for r in known_extra}
     duplicated = [r for r in extra if id(r) not in unexpected_ids]

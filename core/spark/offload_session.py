@@ -117,14 +117,13 @@ class OffloadSession:
 
     def schedule_faults(self, started: float) -> None:
         """Arm the agent restarts of the fault specs that fire `at` seconds after `started`."""
-        for spec in of_kind(self.config.faults, AGENT_RESTART):
-            if spec.get("at") is not None:
-                self._restart_agent_in(max(0.0, started + spec["at"] - time.time()))
+        at, _ = _triggers(self.config.faults, AGENT_RESTART)
+        for t in at:
+            self._restart_agent_in(max(0.0, started + t - time.time()))
 
     def watching_epochs(self, progress: Callable[[dict], None] | None) -> Callable[[dict], None]:
         """`progress`, after restarting the agent once for each `after-epoch` spec whose epoch committed."""
-        specs = of_kind(self.config.faults, AGENT_RESTART)
-        pending = sorted(int(s["after-epoch"]) for s in specs if s.get("after-epoch") is not None)
+        _, pending = _triggers(self.config.faults, AGENT_RESTART)
 
         def watch(epoch: dict) -> None:
             while pending and epoch["batchId"] >= pending[0]:
@@ -178,9 +177,7 @@ class OffloadSession:
     def query_restarts(self) -> tuple[list[float], list[int]]:
         """When the runner stops the query and resumes it: seconds after the start, and epochs after
         whose commit."""
-        specs = of_kind(self.config.faults, QUERY_RESTART)
-        at = sorted(s["at"] for s in specs if s.get("at") is not None)
-        return at, sorted(int(s["after-epoch"]) for s in specs if s.get("after-epoch") is not None)
+        return _triggers(self.config.faults, QUERY_RESTART)
 
     def query_restarted(self) -> None:
         self._count(QUERY_RESTART)
@@ -261,3 +258,10 @@ class OffloadSession:
             return df.drop("window_end") if chain.kind == PARTIAL else df
 
         return make
+
+
+def _triggers(faults: tuple[FaultSpec, ...], kind: str) -> tuple[list[float], list[int]]:
+    """When the faults of `kind` fire: seconds after the start (`at`), and epochs (`after-epoch`)."""
+    specs = of_kind(faults, kind)
+    at = sorted(s["at"] for s in specs if s.get("at") is not None)
+    return at, sorted(int(s["after-epoch"]) for s in specs if s.get("after-epoch") is not None)
