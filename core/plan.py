@@ -187,6 +187,53 @@ class TopK(Operator):
 
 
 @dataclass(frozen=True)
+class WinnerAtClose(Operator):
+    """Per left row, an entity alive over [`opens`, `closes`), the best right row of the same key.
+
+    The best is the right row with the highest `by` among those with opens <= `at` < closes that
+    satisfy `condition`; ties go to the earliest `at`, then to the smallest remaining right columns.
+    It is decided once, when event time passes `closes` (the output's event time), and the entity's
+    state is dropped then; an entity with no such right row emits nothing. NEXMark's winning bids.
+    """
+
+    KIND = "winner_at_close"
+    left_keys: tuple[str, ...]
+    right_keys: tuple[str, ...]
+    opens: str
+    closes: str
+    at: str
+    by: str
+    condition: Expr | None = None
+
+    @property
+    def stateful(self) -> bool:
+        return True
+
+    @property
+    def arity(self) -> int:
+        return 2
+
+
+@dataclass(frozen=True)
+class LatestAggregate(Operator):
+    """For each input row, `aggs` over the `n` greatest rows of its key by `order_by` among the key's
+    rows whose event time `at` is not after its own: one output row per input row (its `keys`,
+    `carry` columns and aggregates), emitted as event time passes it. NEXMark Q6's running average."""
+
+    KIND = "latest_aggregate"
+    keys: tuple[str, ...]
+    at: str
+    n: int
+    order_by: tuple[str, ...]
+    carry: tuple[str, ...]
+    aggs: tuple[AggCall, ...]
+
+    @property
+    def stateful(self) -> bool:
+        return True
+
+
+@dataclass(frozen=True)
 class Sink(Operator):
     KIND = "sink"
     name: str = "output"
@@ -197,7 +244,20 @@ class Sink(Operator):
 
 
 OPERATOR_KINDS = tuple(
-    c.KIND for c in (Source, Map, Filter, FlatMap, KeyBy, WindowAggregate, WindowJoin, TopK, Sink)
+    c.KIND
+    for c in (
+        Source,
+        Map,
+        Filter,
+        FlatMap,
+        KeyBy,
+        WindowAggregate,
+        WindowJoin,
+        WinnerAtClose,
+        LatestAggregate,
+        TopK,
+        Sink,
+    )
 )
 
 

@@ -24,6 +24,7 @@ from core.plan import (
     Filter,
     FlatMap,
     KeyBy,
+    LatestAggregate,
     LogicalPlan,
     Map,
     Node,
@@ -34,6 +35,7 @@ from core.plan import (
     WindowAggregate,
     WindowJoin,
     WindowSpec,
+    WinnerAtClose,
 )
 
 Columns = dict[str, DType]
@@ -170,6 +172,75 @@ class Stream:
             condition,  # type: ignore[attr-defined]
         )
         return self.builder._add(op, [(self, Comm.SHUFFLE), (other, Comm.SHUFFLE)], schema)
+
+    def _require_columns(self, kind: str, *names: str, dtype: DType | None = None) -> None:
+        for name in names:
+            if name not in self.schema:
+                raise PlanError(
+                    f"{kind} column {name!r} is not a column", hint=f"columns: {', '.join(self.schema)}"
+                )
+            if dtype is not None and self.schema[name] != dtype:
+                raise PlanError(
+                    f"{kind} column {name!r} must be a {dtype.value}, is {self.schema[name].value}"
+                )
+
+    def winner_at_close(
+        self, other: Stream, *, opens: str, closes: str, at: str, by: str, condition: Expr | None = None
+    ) -> Stream:
+        """Per row of this stream (an entity alive over [opens, closes)), the row of `other` with the
+        same key, opens <= at < closes and `condition`, with the highest `by` (earliest `at` on ties),
+        decided when event time passes `closes` (core/plan.py WinnerAtClose)."""
+        self._require_keyed("winner_at_close")
+        other._require_keyed("winner_at_close")
+        overlap = set(self.schema) & set(other.schema)
+        if overlap:
+            raise PlanError(
+                f"winner_at_close inputs share columns {sorted(overlap)}", hint="rename them with .map()"
+            )
+        self._require_columns("opens/closes", opens, closes, dtype=DType.TIMESTAMP)
+        other._require_columns("at", at, dtype=DType.TIMESTAMP)
+        other._require_columns("by", by)
+        if other.schema[by] not in (DType.INT64, DType.FLOAT64):
+            raise PlanError(f"winner_at_close ranks by a number; {by!r} is a {other.schema[by].value}")
+        schema = dict(self.schema) | dict(other.schema)
+        if condition is not None and condition.dtype(schema) != DType.BOOL:
+            raise PlanError("winner_at_close condition must be boolean")
+        op = WinnerAtClose(
+            self._op.keys,
+            other._op.keys,
+            opens,
+            closes,
+            at,
+            by,
+            condition,  # type: ignore[attr-defined]
+        )
+        return self.builder._add(op, [(self, Comm.SHUFFLE), (other, Comm.SHUFFLE)], schema)
+
+    def latest_aggregate(
+        self, n: int, *, order_by: tuple[str, ...], at: str, carry: tuple[str, ...] = (), **aggs: AggCall
+    ) -> Stream:
+        """For each row, `aggs` over the n greatest rows of its key by `order_by` whose event time `at`
+        is not after its own (core/plan.py LatestAggregate)."""
+        self._require_keyed("latest_aggregate")
+        if n <= 0 or not order_by:
+            raise PlanError("latest_aggregate needs n > 0 and an order_by")
+        self._require_columns("order_by/carry", *order_by, *carry)
+        self._require_columns("at", at, dtype=DType.TIMESTAMP)
+        keys = self._op.keys  # type: ignore[attr-defined]
+        schema: Columns = {k: self.schema[k] for k in (*keys, *carry)}
+        calls = []
+        for out, call in aggs.items():
+            fn = signature(call.fn)
+            if fn.keeps_records:
+                raise PlanError(
+                    f"latest_aggregate computes scalars over the kept rows; {call.fn} keeps records"
+                )
+            if fn.needs_arg and call.arg is None:
+                raise PlanError(f"aggregate {call.fn} needs an argument")
+            schema[out] = fn.result_type(self._check(call.arg) if call.arg is not None else None)
+            calls.append(AggCall(out, call.fn, call.arg))
+        op = LatestAggregate(tuple(keys), at, n, tuple(order_by), tuple(carry), tuple(calls))
+        return self.builder._add(op, [(self, Comm.SHUFFLE)], schema)
 
     def top_k(self, k: int, by: str, *, with_ties: bool = True) -> Stream:
         self._require_keyed("top_k")

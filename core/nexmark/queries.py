@@ -63,8 +63,9 @@ def q3(p: QueryParams) -> QueryBuilder:
     return q
 
 
-def _winning_bids(q: QueryBuilder, p: QueryParams) -> Stream:
-    """Q4/Q6: the highest bid at or above the reserve, before expiry, within the auction's window."""
+def _winning_bids(q: QueryBuilder) -> Stream:
+    """Q4/Q6: each auction's winning bid, decided at its close (NEXMark's WinningBids, as Beam): the
+    highest bid at or above the reserve with open <= bid time < expires, the earliest on a tie."""
     auctions = (
         q.source("auction", entity_columns("auction"))
         .map(
@@ -79,25 +80,23 @@ def _winning_bids(q: QueryBuilder, p: QueryParams) -> Stream:
     )
     bids = (
         _bids(q)
-        .map(b_auction=col("auction"), b_price=col("price"), b_date_time=col("date_time"))
+        .map(b_auction=col("auction"), price=col("price"), b_date_time=col("date_time"))
         .key_by("b_auction")
     )
-    joined = auctions.join(
+    return auctions.winner_at_close(
         bids,
-        window=WindowSpec(p.window_size_s, p.window_size_s, on="a_date_time"),
-        condition=(col("b_date_time") <= col("expires")) & (col("b_price") >= col("reserve")),
-        right_on="b_date_time",
-    )
-    return joined.key_by("window", "a_id", "seller", "category", "a_date_time").window_aggregate(
-        None, final=agg("max", col("b_price"))
+        opens="a_date_time",
+        closes="expires",
+        at="b_date_time",
+        by="price",
+        condition=col("price") >= col("reserve"),
     )
 
 
 def q4(p: QueryParams) -> QueryBuilder:
     q = QueryBuilder("q4")
-    _winning_bids(q, p).key_by("window", "category").window_aggregate(
-        None, avg_price=agg("avg", col("final"))
-    ).sink()
+    closed = WindowSpec(p.window_size_s, p.window_slide_s, on="expires")
+    _winning_bids(q).key_by("category").window_aggregate(closed, avg_price=agg("avg", col("price"))).sink()
     return q
 
 
@@ -111,19 +110,13 @@ def q5(p: QueryParams) -> QueryBuilder:
 
 def q6(p: QueryParams) -> QueryBuilder:
     q = QueryBuilder("q6")
-    latest = (
-        _winning_bids(q, p)
-        .key_by("window", "seller")
-        .window_aggregate(
-            None,
-            recent=agg(
-                "latest_n", fields=("a_date_time", "a_id", "final"), n=10, order_by=("a_date_time", "a_id")
-            ),
-        )
-    )
-    latest.flat_map("recent").key_by("window", "seller").window_aggregate(
-        None, avg_price=agg("avg", col("final"))
-    ).sink()
+    _winning_bids(q).key_by("seller").latest_aggregate(
+        10,
+        order_by=("b_date_time", "a_id"),
+        at="expires",
+        carry=("a_id",),
+        avg_price=agg("avg", col("price")),
+    ).map(seller=col("seller"), auction=col("a_id"), avg_price=col("avg_price")).sink()
     return q
 
 
@@ -174,9 +167,9 @@ QUERIES: dict[str, QueryInfo] = {
         QueryInfo("q1", "currency conversion: bid prices in euros (stateless map)", q1),
         QueryInfo("q2", "selection: bids on auctions whose id is a multiple of 123 (stateless filter)", q2),
         QueryInfo("q3", "local item suggestion: sellers in OR/ID/CA with category-10 auctions (join)", q3),
-        QueryInfo("q4", "average winning price per category, per tumbling window (join + 2 aggregates)", q4),
+        QueryInfo("q4", "average winning price per category, per sliding window of close time", q4),
         QueryInfo("q5", "hot items: auctions with the most bids per sliding window (count + top-1)", q5),
-        QueryInfo("q6", "average winning price per seller over their last 10 auctions, per window", q6),
+        QueryInfo("q6", "per closed auction, its seller's average over their last 10 winning bids", q6),
         QueryInfo("q7", "highest bid(s) per tumbling window (max with its records, ties kept)", q7),
         QueryInfo("q8", "new users who opened an auction in the window they registered (windowed join)", q8),
     )

@@ -61,7 +61,7 @@ OUTPUT_SCHEMAS: dict[str, pa.Schema] = {
     ),
     "q4": pa.schema([*_WINDOW_FIELDS, ("category", pa.int64()), ("avg_price", pa.float64())]),
     "q5": pa.schema([*_WINDOW_FIELDS, ("auction", pa.int64()), ("num_bids", pa.int64())]),
-    "q6": pa.schema([*_WINDOW_FIELDS, ("seller", pa.int64()), ("avg_price", pa.float64())]),
+    "q6": pa.schema([("seller", pa.int64()), ("auction", pa.int64()), ("avg_price", pa.float64())]),
     "q7": pa.schema(
         [
             *_WINDOW_FIELDS,
@@ -117,31 +117,40 @@ def _window_cols(start_us: str, size: int) -> str:
     return f"make_timestamp({start_us}) AS window_start, make_timestamp({start_us} + {size}) AS window_end"
 
 
-def _winning_bids_sql(size: int) -> str:
-    """CTEs used by both Q4 and Q6: one row per auction with a winning bid in its window.
+def _winning_bids_sql() -> str:
+    """CTEs used by both Q4 and Q6: one row per auction with a winning bid (docs/queries.md).
 
-    An auction opened in window w wins with the highest price among bids for it that fall in the same
-    window w, are not after `expires` and are at least `reserve`; auctions without such a bid have no
-    row. Written once because docs/queries.md defines Q6's winning bids "as in Q4".
+    An auction's winning bid is the highest-priced bid for it with open <= bid time < expires and
+    price >= reserve, the earliest on a price tie; auctions without such a bid have no row. Every
+    auction closes: a bounded input ends with event time past every expiry.
     """
-    return f"""
+    return """
 a AS (
-    SELECT id, seller, category, reserve, expires, date_time, {_tumble("date_time", size)} AS ws
+    SELECT id, seller, category, reserve, date_time, expires, row_number() OVER () AS a_row
     FROM auction
-    WHERE date_time IS NOT NULL
+    WHERE id IS NOT NULL AND date_time IS NOT NULL AND expires IS NOT NULL
 ),
-b AS (
-    SELECT auction, price, date_time, {_tumble("date_time", size)} AS ws
-    FROM bid
-    WHERE date_time IS NOT NULL
+candidates AS (
+    SELECT a.a_row, a.id, a.seller, a.category, a.expires, b.price, b.date_time AS bid_time,
+           row_number() OVER (PARTITION BY a.a_row ORDER BY b.price DESC, b.date_time ASC) AS rank
+    FROM a
+    JOIN bid AS b ON b.auction = a.id
+    WHERE b.date_time >= a.date_time AND b.date_time < a.expires AND b.price >= a.reserve
 ),
 winning AS (
-    SELECT a.ws, a.id, a.seller, a.category, a.date_time AS auction_time, max(b.price) AS price
-    FROM a
-    JOIN b ON b.auction = a.id AND b.ws = a.ws
-    WHERE b.date_time <= a.expires AND b.price >= a.reserve
-    GROUP BY a.ws, a.id, a.seller, a.category, a.date_time
+    SELECT a_row, id, seller, category, expires, price, bid_time FROM candidates WHERE rank = 1
 )"""
+
+
+def _sliding_windows_sql(table: str, columns: str, time_us: str, size: int, slide: int) -> str:
+    """SQL for `columns` of `table` once per sliding window holding instant `time_us`, as `ws`.
+
+    An instant t is in every window [s, s + W) with s a multiple of P and t - W < s <= t: s runs from
+    floor_P(t - W) + P to floor_P(t), one window per step of P.
+    """
+    first = f"{_floor(f'{time_us} - {size}', slide)} + {slide}"
+    last = f"{_floor(time_us, slide)} + {slide}"
+    return f"SELECT {columns}, unnest(range({first}, {last}, {slide})) AS ws FROM {table}"
 
 
 def reference_sql(query: str, params: QueryParams = DEFAULT_PARAMS) -> str:
@@ -170,19 +179,19 @@ def reference_sql(query: str, params: QueryParams = DEFAULT_PARAMS) -> str:
             "WHERE p.state IN ('OR', 'ID', 'CA') AND a.category = 10"
         )
     if name == "q4":
-        return f"""WITH {_winning_bids_sql(size)}
+        return f"""WITH {_winning_bids_sql()},
+closed AS (
+    {_sliding_windows_sql("winning", "category, price", "epoch_us(expires)", size, slide)}
+)
 SELECT {_window_cols("ws", size)}, category, avg(price) AS avg_price
-FROM winning
+FROM closed
 GROUP BY ws, category"""
     if name == "q5":
-        # An instant t is in every window [s, s + W) with s a multiple of P and t - W < s <= t:
-        # s runs from floor_P(t - W) + P to floor_P(t), one window per step of P.
         return f"""WITH b AS (
     SELECT auction, epoch_us(date_time) AS t FROM bid WHERE date_time IS NOT NULL
 ),
 bw AS (
-    SELECT auction, unnest(range({_floor(f"t - {size}", slide)} + {slide}, {_floor("t", slide)} + {slide}, {slide})) AS ws
-    FROM b
+    {_sliding_windows_sql("b", "auction", "t", size, slide)}
 ),
 counts AS (
     SELECT ws, auction, count(*) AS num_bids FROM bw GROUP BY ws, auction
@@ -192,18 +201,21 @@ ranked AS (
 )
 SELECT {_window_cols("ws", size)}, auction, num_bids
 FROM ranked
-WHERE num_bids = top"""  # noqa: E501
+WHERE num_bids = top"""
     if name == "q6":
-        return f"""WITH {_winning_bids_sql(size)},
-recent AS (
-    SELECT ws, seller, price,
-           row_number() OVER (PARTITION BY ws, seller ORDER BY auction_time DESC, id DESC) AS rn
-    FROM winning
+        # Each winning bid, at its auction's close, averaged with the seller's other winning bids of
+        # auctions closed by then: the 10 latest by bid time (then auction id), itself included.
+        return f"""WITH {_winning_bids_sql()},
+latest AS (
+    SELECT r.a_row, r.seller, r.id AS auction, o.price,
+           row_number() OVER (PARTITION BY r.a_row ORDER BY o.bid_time DESC, o.id DESC) AS rank
+    FROM winning AS r
+    JOIN winning AS o ON o.seller IS NOT DISTINCT FROM r.seller AND o.expires <= r.expires
 )
-SELECT {_window_cols("ws", size)}, seller, avg(price) AS avg_price
-FROM recent
-WHERE rn <= 10
-GROUP BY ws, seller"""
+SELECT seller, auction, avg(price) AS avg_price
+FROM latest
+WHERE rank <= 10
+GROUP BY a_row, seller, auction"""
     if name == "q7":
         return f"""WITH b AS (
     SELECT auction, bidder, price, date_time, extra, {_tumble("date_time", size)} AS ws
