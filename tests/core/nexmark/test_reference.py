@@ -1,6 +1,6 @@
 """Known-answer tests for the DuckDB reference of NEXMark Q0-Q8 (docs/queries.md).
 
-Every expected result here is worked out by hand from the doc, not computed, so the reference is
+Every expected result here is worked out by hand from docs/queries.md, not computed, so the reference is
 pinned to the contract itself: window boundaries, sliding membership, ties, the Q4/Q6 reserve and
 expiry rules, Q6's last-10 rule, Q8's one row per person and window, and Q3's filters.
 """
@@ -111,7 +111,7 @@ def test_output_schemas_match_the_doc() -> None:
         "q3": [("name", s), ("city", s), ("state", s), ("id", i64)],
         "q4": [*wnd, ("category", i64), ("avg_price", f64)],
         "q5": [*wnd, ("auction", i64), ("num_bids", i64)],
-        "q6": [*wnd, ("seller", i64), ("avg_price", f64)],
+        "q6": [("seller", i64), ("auction", i64), ("avg_price", f64)],
         "q7": [*wnd, ("auction", i64), ("bidder", i64), ("price", i64), ("date_time", TS), ("extra", s)],
         "q8": [*wnd, ("id", i64), ("name", s)],
     }  # fmt: skip
@@ -205,71 +205,95 @@ def test_q3_filters_states_and_category_and_joins_unwindowed() -> None:
     ]
 
 
-# --- Q4 -----------------------------------------------------------------------------------------
+# --- winning bids (Q4 and Q6) -------------------------------------------------------------------
+#
+# An auction's winning bid: among its bids with open (auction.date_time) <= bid time < expires and
+# price >= reserve, the highest price, the earliest bid on a price tie; no such bid, no winner. Q4
+# and Q6 both start from it, so one case pins the rules for both.
 
 
-def test_q4_winning_bids_respect_reserve_expires_and_window() -> None:
+def _winning_bid_rules() -> tuple[pa.Table, pa.Table, dict[int, int]]:
+    """Auctions opened at 1 s, expiring at 30 s, reserve 100, each its own seller and category (its
+    id); their bids; and the winning price per auction worked out by hand."""
     lots = auctions(
-        [
-            # category 1, window [0, 10): winner 150 (200 is after expiry, 90 below reserve)
-            {"id": 1, "seller": 1, "t": 1, "expires": 5, "reserve": 100, "category": 1},
-            # category 1, window [0, 10): winner 50; the 500 bid falls in the next window
-            {"id": 2, "seller": 1, "t": 8, "expires": 30, "reserve": 10, "category": 1},
-            # category 2: a bid exactly at expires counts, one microsecond later does not
-            {"id": 3, "seller": 2, "t": 1, "expires": 3, "reserve": 10, "category": 2},
-            # category 2: a price exactly at the reserve counts
-            {"id": 4, "seller": 2, "t": 2, "expires": 9, "reserve": 70, "category": 2},
-            # category 3: no qualifying bid, so no winning bid and no row for category 3
-            {"id": 5, "seller": 3, "t": 2, "expires": 9, "reserve": 1000, "category": 3},
-            # category 1 again, window [10, 20)
-            {"id": 6, "seller": 1, "t": 10, "expires": 100, "reserve": 0, "category": 1},
-            # an auction without any bid
-            {"id": 7, "seller": 1, "t": 3, "category": 4},
-        ]
+        [{"id": i, "seller": i, "category": i, "t": 1, "expires": 30, "reserve": 100} for i in range(1, 8)]
     )
     events = bids(
         [
             (1, 150, 2),
-            (1, 200, 6),
-            (1, 90, 3),
-            (1, 120, 4),
-            (2, 50, 9),
-            (2, 500, 11),
-            (3, 40, 3),
-            (3, 60, 3.000001),
-            (4, 70, 5),
-            (4, 69, 6),
-            (5, 999, 4),
-            (6, 33, 15),
-            (6, 31, 19.999999),
-            (6, 1000, 20),  # window [20, 30): not the auction's window
-            (99, 5000, 1),  # bid for an unknown auction
+            (1, 180, 25),  # long after the auction's opening window [0, 10), before expiry: wins
+            (2, 900, 30),  # exactly at expires: too late
+            (2, 160, 29.999999),  # the last microsecond before expiry: wins
+            (3, 900, 0.5),  # before the auction opened: does not count
+            (3, 170, 1),  # exactly at the opening: wins
+            (4, 99, 5),  # below the reserve, and the only bid: auction 4 has no winner
+            (5, 100, 5),  # exactly at the reserve: wins
+            # auction 6 has no bid at all: no winner
+            (7, 120, 3),  # tie on price with the next bid: one winner (the earliest), not two
+            (7, 120, 4),
+            (7, 110, 5),
+            (99, 5000, 5),  # a bid for an unknown auction
         ]
     )
+    return lots, events, {1: 180, 2: 160, 3: 170, 5: 100, 7: 120}
+
+
+# --- Q4 -----------------------------------------------------------------------------------------
+
+
+def test_q4_averages_winning_bids_per_category_in_the_windows_of_the_close() -> None:
+    lots, events, winners = _winning_bid_rules()
+    # Every auction closes at 30 s: with W = 10, P = 2 that is in the windows starting at 22..30.
+    expected = [(*win(s), c, float(price)) for s in (22, 24, 26, 28, 30) for c, price in winners.items()]
+    assert run("q4", auction=lots, bid=events) == sorted(expected)
+
+
+def test_q4_sliding_membership_is_by_close_time() -> None:
+    lots = auctions(
+        [
+            # closes exactly on a boundary, 10 s: in the windows starting at 2, 4, 6, 8 and 10, not 0
+            {"id": 1, "seller": 1, "category": 1, "t": 1, "expires": 10},
+            # opened long before (its opening time plays no part), closes at 13: windows 4..12
+            {"id": 2, "seller": 1, "category": 1, "t": -100, "expires": 13},
+            # closes one microsecond before 10 s: windows 0..8, not 10
+            {"id": 3, "seller": 1, "category": 2, "t": 1, "expires": 9.999999},
+        ]
+    )
+    events = bids([(1, 40, 2), (2, 20, 2), (3, 7, 2)])
     assert run("q4", auction=lots, bid=events) == [
-        (*win(0), 1, 100.0),  # (150 + 50) / 2
-        (*win(0), 2, 55.0),  # (40 + 70) / 2
-        (*win(10), 1, 33.0),
+        (*win(0), 2, 7.0),
+        (*win(2), 1, 40.0),  # auction 1 alone
+        (*win(2), 2, 7.0),
+        (*win(4), 1, 30.0),  # (40 + 20) / 2
+        (*win(4), 2, 7.0),
+        (*win(6), 1, 30.0),
+        (*win(6), 2, 7.0),
+        (*win(8), 1, 30.0),
+        (*win(8), 2, 7.0),
+        (*win(10), 1, 30.0),
+        (*win(12), 1, 20.0),  # auction 2 alone
     ]
 
 
 def test_q4_average_is_a_double_of_the_winners() -> None:
-    lots = auctions([{"id": i, "seller": 1, "t": 1, "category": 7} for i in (1, 2, 3)])
-    events = bids([(1, 1, 2), (2, 2, 2), (3, 2, 2), (3, 1, 3)])
-    assert run("q4", auction=lots, bid=events) == [(*win(0), 7, 5 / 3)]
+    lots = auctions([{"id": i, "seller": 1, "t": 1, "expires": 10, "category": 7} for i in (1, 2, 3)])
+    events = bids([(1, 1, 2), (2, 2, 2), (3, 2, 2), (3, 1, 3)])  # winners 1, 2, 2
+    assert run("q4", auction=lots, bid=events) == [(*win(s), 7, 5 / 3) for s in (2, 4, 6, 8, 10)]
 
 
-def test_q4_bid_before_the_auction_opened_in_the_same_window_counts() -> None:
-    # docs/queries.md only requires the same window and date_time <= expires, not date_time >= opening.
-    lots = auctions([{"id": 1, "seller": 1, "t": 5, "expires": 9, "category": 1}])
-    assert run("q4", auction=lots, bid=bids([(1, 42, 0.5)])) == [(*win(0), 1, 42.0)]
-
-
-def test_q4_honours_window_size() -> None:
-    lots = auctions([{"id": 1, "seller": 1, "t": 1, "category": 1}])
-    events = bids([(1, 10, 2), (1, 20, 4.5)])
-    assert run("q4", QueryParams(window_size_s=4, window_slide_s=2), auction=lots, bid=events) == [
-        (*win(0, 4), 1, 10.0)
+def test_q4_honours_size_and_slide() -> None:
+    params = QueryParams(window_size_s=6, window_slide_s=3)
+    lots = auctions(
+        [
+            {"id": 1, "seller": 1, "category": 1, "t": 1, "expires": 7},  # 1 < s <= 7: windows 3, 6
+            {"id": 2, "seller": 1, "category": 1, "t": 1, "expires": 9},  # 3 < s <= 9: windows 6, 9
+        ]
+    )
+    events = bids([(1, 10, 2), (2, 20, 2)])
+    assert run("q4", params, auction=lots, bid=events) == [
+        (*win(3, 6), 1, 10.0),
+        (*win(6, 6), 1, 15.0),
+        (*win(9, 6), 1, 20.0),
     ]
 
 
@@ -318,47 +342,68 @@ def test_windows_are_aligned_to_the_unix_epoch_even_before_1970() -> None:
 
 
 # --- Q6 -----------------------------------------------------------------------------------------
+#
+# One row per auction with a winner: (seller, auction, avg_price), the average winning price over the
+# seller's winners of auctions closed at or before this one's close (itself included), keeping the 10
+# latest by winning-bid time, then auction id, descending.
 
 
-def test_q6_averages_the_ten_most_recent_auctions_with_a_winning_bid() -> None:
-    # Seller 7: twelve auctions in [0, 10); id 101 + k opens at (11 - k) * 0.5 s, so the ten most
-    # recent are ids 101..110 (not 111, 112) even though ids grow the other way. Auction 200 is the
-    # most recent of all but has no winning bid (below reserve), so it does not take a slot.
-    rows = [{"id": 101 + k, "seller": 7, "t": (11 - k) * 0.5} for k in range(12)]
-    rows.append({"id": 200, "seller": 7, "t": 9, "reserve": 10_000})
-    # Seller 9: one auction in [0, 10) whose best bid is after expiry, its valid max is 8.
-    rows.append({"id": 300, "seller": 9, "t": 1, "expires": 4})
-    # Seller 9 in [10, 20): a single auction.
-    rows.append({"id": 301, "seller": 9, "t": 12})
-    lots = auctions(rows)
-    events = bids(
-        [(101 + k, 10 * (k + 1), 9.5) for k in range(12)]
-        + [(200, 9_999, 9.6), (300, 5, 2), (300, 8, 3), (300, 100, 5), (301, 44, 13)]
-    )
-    assert run("q6", auction=lots, bid=events) == [
-        (*win(0), 7, sum(10 * (k + 1) for k in range(10)) / 10),  # 55.0
-        (*win(0), 9, 8.0),
-        (*win(10), 9, 44.0),
-    ]
+def test_q6_one_row_per_auction_with_a_winning_bid() -> None:
+    lots, events, winners = _winning_bid_rules()
+    # Each auction is its seller's only one, so each row averages its own winning price alone.
+    assert run("q6", auction=lots, bid=events) == [(a, a, float(price)) for a, price in winners.items()]
 
 
-def test_q6_breaks_opening_time_ties_by_auction_id_descending() -> None:
-    # Eleven auctions of seller 8 opened at the same instant: the ten with the highest ids count.
-    lots = auctions([{"id": i, "seller": 8, "t": 1} for i in range(1, 12)])
-    events = bids([(i, 10 * i, 2) for i in range(1, 12)])
-    assert run("q6", auction=lots, bid=events) == [(*win(0), 8, sum(10 * i for i in range(2, 12)) / 10)]
+_WINDOW_PARAMS = [DEFAULT_PARAMS, QueryParams(window_size_s=6, window_slide_s=3)]
 
 
-def test_q6_counts_auctions_per_window_separately() -> None:
-    # Twelve auctions in [0, 10) and one in [10, 20): the later one does not push out earlier ones.
+@pytest.mark.parametrize("params", _WINDOW_PARAMS, ids=str)
+def test_q6_averages_the_sellers_winners_closed_at_or_before_the_close(params: QueryParams) -> None:
+    # Q6 has no windows: the window parameters change nothing.
     lots = auctions(
-        [{"id": i, "seller": 1, "t": i * 0.5} for i in range(1, 13)] + [{"id": 50, "seller": 1, "t": 15}]
+        [
+            {"id": 1, "seller": 1, "t": 0, "expires": 10},
+            {"id": 2, "seller": 1, "t": 0, "expires": 20},
+            {"id": 3, "seller": 1, "t": 0, "expires": 20},  # closes with auction 2: each sees the other
+            {"id": 4, "seller": 1, "t": 0, "expires": 15, "reserve": 1000},  # no winner: no row, no slot
+            {"id": 5, "seller": 1, "t": 0, "expires": 30},
+            {"id": 6, "seller": 2, "t": 0, "expires": 5},  # another seller: never mixed in
+        ]
     )
-    events = bids([(i, i, 9.9) for i in range(1, 13)] + [(50, 1000, 16)])
-    assert run("q6", auction=lots, bid=events) == [
-        (*win(0), 1, sum(range(3, 13)) / 10),
-        (*win(10), 1, 1000.0),
+    events = bids([(1, 100, 2), (2, 50, 3), (3, 30, 4), (4, 999, 5), (5, 20, 6), (6, 1000, 1)])
+    assert run("q6", params, auction=lots, bid=events) == [
+        (1, 1, 100.0),  # at 10 s only auction 1 has closed
+        (1, 2, 60.0),  # at 20 s: auctions 1, 2 and 3, (100 + 50 + 30) / 3
+        (1, 3, 60.0),
+        (1, 5, 50.0),  # at 30 s: auctions 1, 2, 3 and 5, (100 + 50 + 30 + 20) / 4
+        (2, 6, 1000.0),
     ]
+
+
+def test_q6_keeps_the_ten_latest_winning_bids_and_a_price_tie_goes_to_the_earliest_bid() -> None:
+    # Seller 7: auctions 101..110 close at 50 s, auction 101 + k won with price 10 * (k + 1) at 11 + k s.
+    # Auction 111 closes at 40 s; it has two bids at its top price 1000, at 10.5 s and 25 s: the
+    # earliest, 10.5 s, is its winning bid, the oldest of all eleven. So at 50 s the ten latest winning
+    # bids are those of 101..110 and 111 is left out. (Had the 25 s bid won, or were the ten latest
+    # chosen by close time, 101 would be left out instead, giving (20 + ... + 100 + 1000) / 10 = 154.)
+    # Auction 101 closes first, at 35 s.
+    rows = [{"id": 101 + k, "seller": 7, "t": 0, "expires": 50} for k in range(10)]
+    rows[0]["expires"] = 35
+    rows.append({"id": 111, "seller": 7, "t": 0, "expires": 40})
+    events = bids([(101 + k, 10 * (k + 1), 11 + k) for k in range(10)] + [(111, 1000, 10.5), (111, 1000, 25)])
+    assert run("q6", auction=auctions(rows), bid=events) == [
+        (7, 101, 10.0),  # at 35 s only itself
+        *[(7, a, 55.0) for a in range(102, 111)],  # at 50 s: 101..110, (10 + 20 + ... + 100) / 10
+        (7, 111, 505.0),  # at 40 s: 101 and 111, (10 + 1000) / 2
+    ]
+
+
+def test_q6_winning_bid_time_ties_go_to_the_higher_auction_id() -> None:
+    # Eleven winners of seller 8, all won at 5 s and closing together at 10 s: the ten latest by
+    # (bid time, auction id) descending are auctions 2..11, so every row is (20 + ... + 110) / 10.
+    lots = auctions([{"id": i, "seller": 8, "t": 0, "expires": 10} for i in range(1, 12)])
+    events = bids([(i, 10 * i, 5) for i in range(1, 12)])
+    assert run("q6", auction=lots, bid=events) == [(8, i, 65.0) for i in range(1, 12)]
 
 
 # --- Q7 -----------------------------------------------------------------------------------------
@@ -468,22 +513,26 @@ def _oracle(query: str, tables: dict[str, pa.Table], w: int, p: int) -> pa.Table
     def window(ws: int) -> dict[str, int]:
         return {"window_start": ws, "window_end": ws + w}
 
-    def winners() -> list[tuple[int, dict[str, Any], int]]:
+    def winners() -> list[tuple[dict[str, Any], dict[str, Any]]]:
+        """(auction, its winning bid): the highest price among its bids with open <= bid time <
+        expires and price >= reserve, the earliest bid on a price tie; auctions without one left out."""
         by_auction = defaultdict(list)
         for b in bid:
             by_auction[b["auction"]].append(b)
         found = []
         for a in auction:
-            ws = a["date_time"] // w * w
-            prices = [
-                b["price"]
-                for b in by_auction[a["id"]]
-                if b["date_time"] // w * w == ws
-                and b["date_time"] <= a["expires"]
-                and b["price"] >= a["reserve"]
-            ]
-            if prices:
-                found.append((ws, a, max(prices)))
+            best = None
+            for b in by_auction[a["id"]]:
+                if not (a["date_time"] <= b["date_time"] < a["expires"] and b["price"] >= a["reserve"]):
+                    continue
+                if (
+                    best is None
+                    or b["price"] > best["price"]
+                    or (b["price"] == best["price"] and b["date_time"] < best["date_time"])
+                ):
+                    best = b
+            if best is not None:
+                found.append((a, best))
         return found
 
     if query == "q0":
@@ -506,17 +555,30 @@ def _oracle(query: str, tables: dict[str, pa.Table], w: int, p: int) -> pa.Table
             for a in auction
             if a["category"] == 10 and a["seller"] in local
         ]  # fmt: skip
-    elif query in ("q4", "q6"):
-        groups = defaultdict(list)
-        for ws, a, price in winners():
-            groups[(ws, a["category"] if query == "q4" else a["seller"])].append(
-                (a["date_time"], a["id"], price)
-            )
-        for (ws, key), entries in groups.items():
-            if query == "q6":
-                entries = sorted(entries, reverse=True)[:10]
-            name = "category" if query == "q4" else "seller"
-            out.append({**window(ws), name: key, "avg_price": sum(e[2] for e in entries) / len(entries)})
+    elif query == "q4":
+        prices: dict[tuple[int, int], list[int]] = defaultdict(list)
+        for a, b in winners():
+            t = a["expires"]  # the close instant is in every window [s, s + W), s = k * P, t - W < s <= t
+            ws = t // p * p
+            while ws > t - w:
+                prices[(ws, a["category"])].append(b["price"])
+                ws -= p
+        for (ws, category), won in prices.items():
+            out.append({**window(ws), "category": category, "avg_price": sum(won) / len(won)})
+    elif query == "q6":
+        won_by_seller = defaultdict(list)
+        for a, b in winners():
+            won_by_seller[a["seller"]].append((a, b))
+        for won in won_by_seller.values():
+            for a, _ in won:
+                closed = [
+                    (other_b["date_time"], other_a["id"], other_b["price"])
+                    for other_a, other_b in won
+                    if other_a["expires"] <= a["expires"]
+                ]
+                latest = sorted(closed, reverse=True)[:10]
+                avg = sum(price for _, _, price in latest) / len(latest)
+                out.append({"seller": a["seller"], "auction": a["id"], "avg_price": avg})
     elif query == "q5":
         counts: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
         for b in bid:
