@@ -33,6 +33,7 @@ from core.plan import (
     Filter,
     FlatMap,
     KeyBy,
+    LatestAggregate,
     LogicalPlan,
     Map,
     Operator,
@@ -42,15 +43,21 @@ from core.plan import (
     WindowAggregate,
     WindowJoin,
     WindowSpec,
+    WinnerAtClose,
 )
 from core.rewrite import Kind, Placement, RewrittenPlan
 from core.spark.expr_spark import to_spark
 from core.spark.session import DEFAULT_STATE_STORE, ROCKSDB_STATE_STORE
-from merge.algebra import check_pane_mergeable
+from merge.algebra import check_pane_mergeable, kind_of
 from merge.spark import column_fold, partial_form, window_join_count
+from merge.spark.latest_aggregate import latest_aggregate
 from merge.spark.sliding_top_k import fold_per_task, fusable, sliding_top_k
+from merge.spark.winner_at_close import winner_at_close
 
 SourceFactory = Callable[[Source], DataFrame]
+
+#: Operators that always run on transformWithState.
+TWS_OPERATORS: tuple[type[Operator], ...] = (WinnerAtClose, LatestAggregate)
 
 
 def _secs(s: int) -> str:
@@ -217,6 +224,10 @@ def apply_operator(op: Operator, inputs: list[DataFrame], sources: SourceFactory
         return _aggregate(df, op)
     if isinstance(op, WindowJoin):
         return _join(df, inputs[1], op)
+    if isinstance(op, WinnerAtClose):
+        return winner_at_close(df, inputs[1], op)
+    if isinstance(op, LatestAggregate):
+        return latest_aggregate(df, op, {a.out: _arg(a) for a in op.aggs})
     if isinstance(op, TopK):
         return _top_k(df, op)
     if isinstance(op, FlatMap):
@@ -266,9 +277,21 @@ def _join_counts(plan: LogicalPlan) -> dict[str, str]:
     }
 
 
+def _keeps_records(op: Operator) -> bool:
+    return isinstance(op, WindowAggregate) and any(kind_of(a).keep is not None for a in op.aggs)
+
+
+def needs_rocksdb(plan: LogicalPlan) -> bool:
+    """Whether a query of `plan` runs an operator on transformWithState, which only the RocksDB store
+    serves: the fused pairs, the record-keeping aggregates and the operators that decide at a close."""
+    return bool(_fusions(plan) or _join_counts(plan)) or any(
+        _keeps_records(n.op) or isinstance(n.op, TWS_OPERATORS) for n in plan.nodes
+    )
+
+
 def state_store_for(plan: LogicalPlan) -> str:
-    """The state store provider a query of `plan` must start with (the fused operators need RocksDB)."""
-    return ROCKSDB_STATE_STORE if _fusions(plan) or _join_counts(plan) else DEFAULT_STATE_STORE
+    """The state store provider a query of `plan` must start with."""
+    return ROCKSDB_STATE_STORE if needs_rocksdb(plan) else DEFAULT_STATE_STORE
 
 
 class _Fusion:
