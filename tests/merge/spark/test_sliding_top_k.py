@@ -131,14 +131,14 @@ def test_rows_of_a_pane_whose_first_window_is_ranked_are_late_and_dropped() -> N
     assert drive(processor, handle, epochs) == {(2 * S, 1, 5), (4 * S, 1, 5), (6 * S, 2, 3)}
 
 
-def test_q5_and_q8_are_fused_and_take_the_rocksdb_store_while_other_queries_keep_the_default() -> None:
+def test_queries_on_transform_with_state_take_the_rocksdb_store_while_the_others_keep_the_default() -> None:
     params = QueryParams()
     for name, info in QUERIES.items():
         plan = info.plan(params)
         assert bool(_fusions(plan)) == (name == "q5"), name
         assert bool(_join_counts(plan)) == (name == "q8"), name
-        fused = name in ("q5", "q8")
-        assert state_store_for(plan) == (ROCKSDB_STATE_STORE if fused else DEFAULT_STATE_STORE)
+        on_tws = name in ("q4", "q5", "q6", "q7", "q8")  # fused, deciding at a close, keeping records
+        assert state_store_for(plan) == (ROCKSDB_STATE_STORE if on_tws else DEFAULT_STATE_STORE), name
 
 
 @pytest.mark.parametrize(
