@@ -13,7 +13,8 @@ stateless operators and stops
   straight into the output (core/direct_sink.py).
 
 The joins of Q3 and Q8 and the close decisions of Q4 and Q6 (winner_at_close, latest_aggregate)
-keep their state on the VMs: only their stateless upstream work is offloaded. The chain's node ids name the transient program (lambda_worker/program.py).
+keep their state on the VMs: only their stateless upstream work is offloaded. The chain's node ids
+name the transient program (lambda_worker/program.py).
 """
 
 from __future__ import annotations
