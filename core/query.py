@@ -109,6 +109,20 @@ class Stream:
                 raise PlanError(f"key {k!r} is not a column", hint=f"columns: {', '.join(self.schema)}")
         return self.builder._add(KeyBy(tuple(keys)), [(self, self._comm())], dict(self.schema))
 
+    def _joined_schema(self, other: Stream, what: str, shared: frozenset[str] = frozenset()) -> Columns:
+        """Both inputs' columns, refused when they share any but `shared`."""
+        overlap = (set(self.schema) & set(other.schema)) - shared
+        if overlap:
+            raise PlanError(f"{what} inputs share columns {sorted(overlap)}", hint="rename them with .map()")
+        return dict(self.schema) | dict(other.schema)
+
+    def _call_type(self, call: AggCall) -> DType:
+        """The result type of an aggregate call over this stream, its argument checked."""
+        fn = signature(call.fn)
+        if fn.needs_arg and call.arg is None:
+            raise PlanError(f"aggregate {call.fn} needs an argument")
+        return fn.result_type(self._check(call.arg) if call.arg is not None else None)
+
     def _require_keyed(self, what: str) -> None:
         if not self._keyed:
             raise PlanError(f"{what} needs a keyed stream", hint="call .key_by(...) first (key_by() for all)")
@@ -129,11 +143,7 @@ class Stream:
         calls = []
         records: dict[str, Columns] = {}
         for out, call in aggs.items():
-            fn = signature(call.fn)
-            if fn.needs_arg and call.arg is None:
-                raise PlanError(f"aggregate {call.fn} needs an argument")
-            arg_t = self._check(call.arg) if call.arg is not None else None
-            schema[out] = fn.result_type(arg_t)
+            schema[out] = self._call_type(call)
             if schema[out] == DType.RECORDS:
                 records[out] = {f: self.schema[f] for f in call.fields}
             calls.append(AggCall(out, call.fn, call.arg, call.fields, call.n, call.order_by))
@@ -152,10 +162,7 @@ class Stream:
     ) -> Stream:
         self._require_keyed("join")
         other._require_keyed("join")
-        overlap = (set(self.schema) & set(other.schema)) - ({WINDOW} if window else set())
-        if overlap:
-            raise PlanError(f"join inputs share columns {sorted(overlap)}", hint="rename them with .map()")
-        schema = dict(self.schema) | dict(other.schema)
+        schema = self._joined_schema(other, "join", frozenset({WINDOW} if window else ()))
         right_on = right_on or (window.on if window else "date_time")
         if window is not None:
             self._window_schema(window)
@@ -192,17 +199,12 @@ class Stream:
         decided when event time passes `closes` (core/plan.py WinnerAtClose)."""
         self._require_keyed("winner_at_close")
         other._require_keyed("winner_at_close")
-        overlap = set(self.schema) & set(other.schema)
-        if overlap:
-            raise PlanError(
-                f"winner_at_close inputs share columns {sorted(overlap)}", hint="rename them with .map()"
-            )
+        schema = self._joined_schema(other, "winner_at_close")
         self._require_columns("opens/closes", opens, closes, dtype=DType.TIMESTAMP)
         other._require_columns("at", at, dtype=DType.TIMESTAMP)
         other._require_columns("by", by)
         if other.schema[by] not in (DType.INT64, DType.FLOAT64):
             raise PlanError(f"winner_at_close ranks by a number; {by!r} is a {other.schema[by].value}")
-        schema = dict(self.schema) | dict(other.schema)
         if condition is not None and condition.dtype(schema) != DType.BOOL:
             raise PlanError("winner_at_close condition must be boolean")
         op = WinnerAtClose(
@@ -230,14 +232,11 @@ class Stream:
         schema: Columns = {k: self.schema[k] for k in (*keys, *carry)}
         calls = []
         for out, call in aggs.items():
-            fn = signature(call.fn)
-            if fn.keeps_records:
+            if signature(call.fn).keeps_records:
                 raise PlanError(
                     f"latest_aggregate computes scalars over the kept rows; {call.fn} keeps records"
                 )
-            if fn.needs_arg and call.arg is None:
-                raise PlanError(f"aggregate {call.fn} needs an argument")
-            schema[out] = fn.result_type(self._check(call.arg) if call.arg is not None else None)
+            schema[out] = self._call_type(call)
             calls.append(AggCall(out, call.fn, call.arg))
         op = LatestAggregate(tuple(keys), at, n, tuple(order_by), tuple(carry), tuple(calls))
         return self.builder._add(op, [(self, Comm.SHUFFLE)], schema)

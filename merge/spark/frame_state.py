@@ -19,6 +19,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import StatefulProcessorHandle
 from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
+from merge.spark.window_blobs import input_rows, to_ipc
+
 US_PER_MS = 1000
 
 
@@ -36,9 +38,8 @@ def timestamps_from_micros(frame: pl.DataFrame, names: list[str]) -> pl.DataFram
 
 
 def input_frame(batches: Iterator[pd.DataFrame], names: list[str], timestamps: list[str]) -> pl.DataFrame:
-    """transformWithState's input by position (the pandas hand-off renames "_"-prefixed columns)."""
-    frames = [pl.from_pandas(p.iloc[:, : len(names)].set_axis(names, axis=1)) for p in batches]
-    return timestamps_from_micros(pl.concat(frames, how="vertical_relaxed"), timestamps)
+    """transformWithState's input by position, its int64-microsecond timestamps made timestamps."""
+    return timestamps_from_micros(input_rows(batches, names), timestamps)
 
 
 def ceil_ms(us: pl.Expr) -> pl.Expr:
@@ -61,9 +62,7 @@ class FrameValue:
         if frame.height == 0:
             self.state.clear()
             return
-        buf = io.BytesIO()
-        frame.write_ipc(buf, compression="lz4")
-        self.state.update((buf.getvalue(),))
+        self.state.update((to_ipc(frame),))
 
 
 class NextTimer:

@@ -53,7 +53,7 @@ class WindowBlobs:
             start = int(us) // _MS
             if self.blobs.containsKey((start,)):  # a window's rows come over several epochs
                 part = pl.concat([self.get(start), part], how="vertical_relaxed")
-            self.blobs.updateValue((start,), (_to_ipc(fold(part)),))
+            self.blobs.updateValue((start,), (to_ipc(fold(part)),))
             touched.append(start)
         return touched
 
@@ -67,7 +67,7 @@ class WindowBlobs:
         self.blobs.removeKey((start,))
 
 
-def _to_ipc(frame: pl.DataFrame) -> bytes:
+def to_ipc(frame: pl.DataFrame) -> bytes:
     buf = io.BytesIO()
     frame.write_ipc(buf, compression="lz4")
     return buf.getvalue()
