@@ -17,9 +17,9 @@ as its event time and turns any other timestamp it still needs into plain epoch 
 Q4 and Q6 need each auction's winning bid, known only when the auction closes: no join or
 aggregation of Spark says that, so they run the plain per-key transformWithStateInPandas an expert
 would write first (one auction per key, a value state and a timer at the close; for Q6 a second one
-per seller holding its 10 latest winners). transformWithState runs on the RocksDB state store only:
-`ROCKSDB_QUERIES` names the queries whose run must start with it. Timestamps cross into pandas as
-int64 epoch microseconds, clear of pandas' zone and precision rules.
+per seller holding its 10 latest winners). Every query starts on the state store of the run's
+configuration, as ours does (RocksDB by default, which transformWithState requires). Timestamps
+cross into pandas as int64 epoch microseconds, clear of pandas' zone and precision rules.
 """
 
 from __future__ import annotations
@@ -42,9 +42,6 @@ from core.nexmark.params import QueryParams
 
 SourceFn = Callable[[str], DataFrame]
 NativeQuery = Callable[[SourceFn, QueryParams], DataFrame]
-
-#: The queries that run a transformWithState, which needs the RocksDB state store.
-ROCKSDB_QUERIES = frozenset({"q4", "q6"})
 
 
 def _tumbling(column: str, p: QueryParams) -> Column:

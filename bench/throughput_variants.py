@@ -17,11 +17,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.native_queries import NATIVE_QUERIES, ROCKSDB_QUERIES
+from bench.native_queries import NATIVE_QUERIES
 from core.nexmark.queries import entity_columns
 from core.plan import Source
 from core.spark.runner import RunConfig, run_query, stream_to_end
-from core.spark.session import DEFAULT_STATE_STORE, ROCKSDB_STATE_STORE
 from core.spark.streams import nexmark_sources
 
 VARIANTS = ("a", "b", "c")
@@ -119,7 +118,7 @@ def run_native(spark: Any, config: RunConfig) -> list[dict[str, Any]]:
         timeout_s=config.timeout_s,
         started=started,
         progress=lambda p: progress.append(_progress_dict(p)),
-        state_store=ROCKSDB_STATE_STORE if config.query in ROCKSDB_QUERIES else DEFAULT_STATE_STORE,
+        state_store=config.spark.memory.provider,  # the store ours runs on
     )
     return progress
 

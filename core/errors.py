@@ -36,3 +36,8 @@ class InputError(SpongeError):
 
 class DeployError(SpongeError):
     """CloudFormation refused or failed the deployment."""
+
+
+class JvmDiedError(SpongeError):
+    """Spark's JVM died under a run (out of memory, killed): the message names the cause from the JVM's
+    log and the memory in force, the hint the flag that changes it (core/spark/jvm_failure.py)."""

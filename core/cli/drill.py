@@ -7,8 +7,21 @@ from typing import Annotated
 
 import typer
 
-from core.cli.options import SeedOpt, check_query
+from core.cli.options import (
+    DriverMemoryOpt,
+    ExecutorMemoryOpt,
+    RocksdbMemoryOpt,
+    SeedOpt,
+    StateStoreOpt,
+    check_query,
+    memory_config,
+)
 from core.console import err, out
+from core.errors import ConfigError
+
+DEFAULT_COMPARE = "sponge,noscaling,over"
+DEFAULT_WORKERS = 4
+DEFAULT_VM_LAUNCH_DELAY_S = 25.0
 
 
 def drill(
@@ -19,12 +32,12 @@ def drill(
     duration: Annotated[float, typer.Option(min=10, help="Seconds of trace per policy.")] = 90.0,
     lead: Annotated[float, typer.Option(min=5, help="Stable seconds before the burst.")] = 30.0,
     compare: Annotated[
-        str,
+        str | None,
         typer.Option(
             help="Policies run one after another on one trace: sponge, noscaling, vmbase, vminit, over "
-            "(sfbase: `sponge simulate`)."
+            f"(sfbase: `sponge simulate`). Default: {DEFAULT_COMPARE}."
         ),
-    ] = "sponge,noscaling,over",
+    ] = None,
     policy: Annotated[str | None, typer.Option(help="Run one policy (instead of --compare).")] = None,
     rate: Annotated[
         float | None,
@@ -40,17 +53,25 @@ def drill(
     report: Annotated[
         Path, typer.Option(file_okay=False, help="Directory for report.json, report.md and the plots.")
     ] = Path("runs/drill"),
-    workers: Annotated[int, typer.Option(min=1, help="Most Lambda workers the policy may use.")] = 4,
+    workers: Annotated[
+        int | None,
+        typer.Option(min=1, help=f"Most Lambda workers the sponge policy uses (default {DEFAULT_WORKERS})."),
+    ] = None,
     vm_launch_delay: Annotated[
-        float,
+        float | None,
         typer.Option(
             min=0,
             max=600,
-            help="vmbase: seconds a new VM boots before its Spark worker starts (the paper's 25 s); its "
-            "executor is usable some seconds later. vminit's VM is started before the trace.",
+            help="vmbase: seconds a new VM boots before its Spark worker starts (default: the paper's "
+            f"{DEFAULT_VM_LAUNCH_DELAY_S:g} s); its executor is usable some seconds later. vminit's VM is "
+            "started before the trace.",
         ),
-    ] = 25.0,
+    ] = None,
     seed: SeedOpt = 0,
+    driver_memory: DriverMemoryOpt = None,
+    executor_memory: ExecutorMemoryOpt = None,
+    state_store: StateStoreOpt = None,
+    rocksdb_memory: RocksdbMemoryOpt = None,
 ) -> None:
     """Burst drill: run QUERY through a burst under several scaling policies and compare them.
 
@@ -60,25 +81,57 @@ def drill(
     after --vm-launch-delay, vminit's was started in advance. The drill prints a table, checks
     every policy's output against the batch reference, and writes report.json, report.md and PNG plots
     (p99 latency per second with the burst shaded, VM CPU, workers, offloaded share) under --report.
+
+    Every run (the probes too) gets the same memory: --driver-memory, --state-store and
+    --rocksdb-memory, sized from this machine unless set, and --executor-memory for the VMs of vmbase
+    and vminit. report.json records them; each run's JVM log is REPORT/<policy>/jvm.log.
     """
-    from core.drill.drill import DrillConfig, policies_from, run_drill
+    from core.drill.drill import VM_SCALING, DrillConfig, policies_from, run_drill
     from core.drill.report import write_report
 
     check_query(query)
+    if policy is not None and compare is not None:
+        raise ConfigError("--policy and --compare both name the policies to run", hint="pass one of them")
+    policies = policies_from(
+        policy if policy is not None else compare if compare is not None else DEFAULT_COMPARE
+    )
+    unused = [
+        (flag, needs)
+        for flag, given, needs in (
+            ("--workers", workers is not None, ("sponge",)),
+            ("--vm-launch-delay", vm_launch_delay is not None, ("vmbase",)),
+        )
+        if given and not set(needs) & set(policies)
+    ]
+    if unused:
+        flag, needs = unused[0]
+        raise ConfigError(
+            f"{flag} tunes the {' or '.join(needs)} policy, which this drill does not run",
+            hint=f"drop {flag}, or add {needs[0]} to --compare",
+        )
+    vms = any(p in VM_SCALING for p in policies)
     config = DrillConfig(
         query=query,
         pattern=pattern,
         duration_s=duration,
         lead_s=lead,
-        policies=policies_from(policy or compare),
+        policies=policies,
         target=target,
         report=report,
         seed=seed,
         stable_rate=rate,
-        max_workers=workers,
-        vm_launch_delay_s=vm_launch_delay,
+        max_workers=DEFAULT_WORKERS if workers is None else workers,
+        vm_launch_delay_s=DEFAULT_VM_LAUNCH_DELAY_S if vm_launch_delay is None else vm_launch_delay,
+        memory=memory_config(
+            driver_memory,
+            executor_memory,
+            state_store,
+            rocksdb_memory,
+            executors=2 if vms else 0,
+            no_executors="it runs no standalone VMs (vmbase, vminit), so its tasks run in the driver JVM",
+        ),
     )
-    with err.status("drill ...") as spinner:
+    with err.status(f"drill ({config.memory.describe()}) ...") as spinner:
         result = run_drill(config, status=lambda text: spinner.update(f"drill: {text}"))
     paths = write_report(result, report, console=out)
     out.print(f"report: {paths['markdown']}")

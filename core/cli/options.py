@@ -42,7 +42,12 @@ OffloadShareOpt = Annotated[
         "everything on the VMs. Without it the query runs with inactive routers.",
     ),
 ]
-WorkersOpt = Annotated[int, typer.Option("--workers", min=1, help="Lambda workers the agent may run.")]
+WorkersOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--workers", min=1, help="Lambda workers the agent may run (default 2; needs --offload-share)."
+    ),
+]
 TargetOpt = Annotated[
     str,
     typer.Option(
@@ -73,6 +78,76 @@ InjectOpt = Annotated[
         "kill-worker:after-chunks=10 (once, after the 10th chunk went out). Needs --offload-share.",
     ),
 ]
+
+
+DriverMemoryOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--driver-memory",
+        metavar="SIZE",
+        help="Heap of Spark's driver JVM, e.g. 4g or 512m (at least 512m). Under a local[N] master every "
+        "task runs in it, so it bounds what Spark holds at once (with --state-store hdfs: all state). "
+        "Default: sized from this machine, 1/4 of its RAM, at most 1/2 of the memory available at "
+        "start and at most 8g. A run that dies of OutOfMemoryError names this flag.",
+    ),
+]
+ExecutorMemoryOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--executor-memory",
+        metavar="SIZE",
+        help="Heap of each executor JVM when tasks run in executors of their own (a standalone cluster: "
+        "the drill's vmbase/vminit VMs, --master local-cluster[...] or spark://...); each standalone "
+        "worker offers exactly this much. Refused where there are none (local[N]: use --driver-memory). "
+        "Default: 1/8 of this machine's RAM, at most 1/4 of the available memory and at most 8g.",
+    ),
+]
+StateStoreOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--state-store",
+        metavar="rocksdb|hdfs",
+        help="Where Spark keeps operator state. rocksdb (default): off the JVM heap, in RocksDB's "
+        "native memory (bounded by --rocksdb-memory) and on local disk. hdfs: Spark's HDFS-backed store, "
+        "every key in maps on the JVM heap (a big state needs a big --driver-memory). Queries with "
+        "transformWithState operators need rocksdb; hdfs is refused for them.",
+    ),
+]
+RocksdbMemoryOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--rocksdb-memory",
+        metavar="SIZE",
+        help="Memory all RocksDB state stores of one JVM share, block cache and write buffers included "
+        "(RocksDB's bounded memory usage), off the heap. Default: 1/16 of this machine's RAM, at most 1/8 "
+        "of the available memory and at most 2g. Refused with --state-store hdfs.",
+    ),
+]
+
+
+def memory_config(
+    driver_memory: str | None,
+    executor_memory: str | None,
+    state_store: str | None,
+    rocksdb_memory: str | None,
+    *,
+    executors: int,
+    no_executors: str,
+    executor_cap_mb: int | None = None,
+):
+    """The run's memory: the flags given, the rest sized from this machine's RAM (read here, once)."""
+    from core.spark.session import MachineMemory, MemoryConfig
+
+    return MemoryConfig.sized(
+        MachineMemory.detect(),
+        driver_memory=driver_memory,
+        executor_memory=executor_memory,
+        state_store=state_store,
+        rocksdb_memory=rocksdb_memory,
+        executors=executors,
+        no_executors=no_executors,
+        executor_cap_mb=executor_cap_mb,
+    )
 
 
 def generator(events: int, seed: int, rate: float | None):
@@ -110,18 +185,34 @@ def check_master(master: str) -> None:
 
 
 def offload_config(
-    share: float | None, workers: int, target: str, inject: list[str], invocation_type: str = "Event"
+    share: float | None,
+    workers: int | None,
+    target: str,
+    inject: list[str],
+    invocation_type: str = "Event",
+    default_workers: int = 2,
 ):
+    """The run's offloading (None without --offload-share); `workers` None takes `default_workers`.
+    The offloading flags without --offload-share would do nothing, so they are refused."""
     from core.fault_spec import parse_all
     from core.spark.offload_session import OffloadConfig
 
     faults = parse_all(inject)
     if share is None:
-        if faults:
-            raise ConfigError("--inject needs --offload-share", hint="add e.g. --offload-share 0.5")
-        if invocation_type != "Event":
-            raise ConfigError("--invocation-type needs --offload-share", hint="add e.g. --offload-share 0.5")
+        given = [
+            flag
+            for flag, set_ in (
+                ("--inject", bool(faults)),
+                ("--invocation-type", invocation_type != "Event"),
+                ("--workers", workers is not None),
+                ("--target", target != "embedded"),
+            )
+            if set_
+        ]
+        if given:
+            raise ConfigError(f"{given[0]} needs --offload-share", hint="add e.g. --offload-share 0.5")
         return None
+    workers = default_workers if workers is None else workers
     return OffloadConfig(
         share=share, workers=workers, target=target, faults=faults, invocation_type=invocation_type
     )

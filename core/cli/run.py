@@ -9,21 +9,26 @@ from typing import Annotated
 import typer
 
 from core.cli.options import (
+    DriverMemoryOpt,
     EventsOpt,
+    ExecutorMemoryOpt,
     InjectOpt,
     InvocationTypeOpt,
     OffloadShareOpt,
     OutputOpt,
     QueryArg,
     RateOpt,
+    RocksdbMemoryOpt,
     SeedOpt,
     SlideOpt,
+    StateStoreOpt,
     TargetOpt,
     WindowOpt,
     WorkersOpt,
     check_master,
     check_query,
     generator,
+    memory_config,
     offload_config,
     params,
 )
@@ -55,20 +60,36 @@ def run(
         ),
     ] = None,
     offload_share: OffloadShareOpt = None,
-    workers: WorkersOpt = 2,
+    workers: WorkersOpt = None,
     target: TargetOpt = "embedded",
     invocation_type: InvocationTypeOpt = "Event",
     inject: InjectOpt = None,
+    driver_memory: DriverMemoryOpt = None,
+    executor_memory: ExecutorMemoryOpt = None,
+    state_store: StateStoreOpt = None,
+    rocksdb_memory: RocksdbMemoryOpt = None,
 ) -> None:
     """Stream EVENTS generated NEXMark events (or the JSONL events of --input) through QUERY on Spark.
 
     With --offload-share F, a share F of the records is routed to Lambda workers (transient
     operators) through the VM agent, and their results are merged back into Spark's state.
+
+    Memory (--driver-memory, --executor-memory, --state-store, --rocksdb-memory) is sized from this
+    machine unless set; summary.json records it, and the JVM's log goes to OUTPUT/_logs/jvm.log.
     """
     from core.spark.runner import RunConfig, run_query
-    from core.spark.session import SparkConfig
+    from core.spark.session import SparkConfig, executor_jvms, worker_memory_mb
 
     check_master(master)
+    memory = memory_config(
+        driver_memory,
+        executor_memory,
+        state_store,
+        rocksdb_memory,
+        executors=executor_jvms(master),
+        no_executors=f"--master {master} runs every task in the driver JVM",
+        executor_cap_mb=worker_memory_mb(master),
+    )
     config = RunConfig(
         query=query,
         generator=generator(events, seed, rate),
@@ -76,13 +97,13 @@ def run(
         params=params(window_size, window_slide),
         pace=rate is not None,
         max_events_per_batch=batch_events,
-        spark=SparkConfig(master=master),
+        spark=SparkConfig(master=master, memory=memory, jvm_log=output / "_logs" / "jvm.log"),
         input=input_dir,
         offload=offload_config(offload_share, workers, target, inject or [], invocation_type),
     )
     check_query(query)
     what = f"the events of {input_dir}" if input_dir is not None else f"{events:,} events"
-    with err.status(f"streaming {what} through {query} ...") as status:
+    with err.status(f"streaming {what} through {query} ({memory.describe()}) ...") as status:
         summary = run_query(
             config,
             progress=lambda p: status.update(

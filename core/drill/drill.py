@@ -28,12 +28,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from core import latency
+from core import errors, latency
 from core.drill.calibrate import (
     PROBE_SCHEDULE,
     PROBE_SHARE,
@@ -44,11 +44,12 @@ from core.drill.calibrate import (
     higher_ramp,
     offload_cost,
 )
-from core.drill.run_policy import PolicyRun
-from core.errors import ConfigError, SpongeError
+from core.drill.run_policy import ERROR_FILE, PolicyRun
+from core.errors import ConfigError, JvmDiedError, SpongeError
 from core.nexmark.patterns import BurstPattern, Trace
 from core.nexmark.schedule import RateSchedule
 from core.offload_plan import DEFAULT_OFFLOAD_COST
+from core.spark.session import MemoryConfig
 
 POLICIES = ("sponge", "noscaling", "vmbase", "vminit", "over")
 VM_SCALING = ("vmbase", "vminit")  # add a VM when the policy detects the burst
@@ -58,6 +59,7 @@ NOT_LIVE = {  # policies the simulator models but a live drill cannot run, and w
 }
 DEFAULT_RHO = {"q1": 7.7, "q5": 19.6}  # bench.offload on this machine (worker / VM bids per core)
 LAMBDA_MEMORY_MB = 1769
+CALIBRATION_MEMORY = ("driver_memory", "state_store", "rocksdb_memory")  # in a cached probe's key
 BATCH_CAP = 200_000  # the source's max events per epoch (RunConfig's default), which bounds a VM's rate
 
 
@@ -79,11 +81,24 @@ class DrillConfig:
     window_size_s: int = 10
     window_slide_s: int = 2
     vm_launch_delay_s: float = 25.0  # vmbase: from the VM's request to its worker's start (its boot)
+    # The JVMs' heaps and the state store of every run (probes included); executor_mb sizes the
+    # standalone VMs of vmbase/vminit and is refused without them.
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
 
     def __post_init__(self) -> None:
         """Everything a drill can check without running anything is checked here: a drill spends minutes
         on probes and Spark start-ups before it would otherwise reach a bad argument."""
         pattern = BurstPattern.parse(self.pattern)
+        burst_s = pattern.length_s
+        if self.lead_s < 0 or self.duration_s <= self.lead_s + burst_s:
+            # The trace must return to the stable rate after the burst: the report's recovery time and
+            # the last seconds' latencies are measured there.
+            raise ConfigError(
+                f"a {pattern.text()} burst after {self.lead_s:g} s of lead-in does not fit in "
+                f"{self.duration_s:g} s with stable time after it",
+                hint=f"pass a --duration above {self.lead_s + burst_s:g} s (the lead-in plus the burst), "
+                f"e.g. --duration {self.lead_s + burst_s + 30:g}, or shorten --lead or the burst",
+            )
         pattern.trace(1.0, self.duration_s, self.lead_s)  # the burst must fit, whatever the rate
         if not self.policies:
             raise ConfigError("no policy to run", hint="name one with --policy, or several with --compare")
@@ -111,6 +126,28 @@ class DrillConfig:
             )
         if any(p in VM_SCALING for p in self.policies) and not self.worker_cpus:
             raise ConfigError("vmbase and vminit add a VM on the worker cores; none are set")
+        self._check_memory()
+
+    @property
+    def executors(self) -> int:
+        """Executor JVMs a run of this drill can have at once: vmbase/vminit's base VM and added VM."""
+        return 2 if any(p in VM_SCALING for p in self.policies) else 0
+
+    def _check_memory(self) -> None:
+        if self.memory.executor_mb is not None and not self.executors:
+            raise ConfigError(
+                "--executor-memory sizes the standalone VMs of vmbase and vminit, and this drill runs "
+                "neither: its tasks run in the driver JVM",
+                hint="drop --executor-memory (--driver-memory sizes the driver), or add vmbase to --compare",
+            )
+        self.memory.check_fits(self.executors)
+        if self.memory.state_store != "rocksdb":
+            from core.nexmark.params import QueryParams
+            from core.spark.runner import refuse_state_store
+
+            refuse_state_store(
+                self.query, QueryParams(self.window_size_s, self.window_slide_s), self.memory.state_store
+            )
 
 
 def run_drill(config: DrillConfig, status: Callable[[str], None] = print) -> dict[str, Any]:
@@ -143,6 +180,7 @@ def run_drill(config: DrillConfig, status: Callable[[str], None] = print) -> dic
         "duration_s": config.duration_s,
         "target": config.target,
         "stable_rate": rate,
+        "memory": config.memory.to_json(),
         "burst": [{"start_s": a, "end_s": b} for a, b in trace.bursts],
         "rate_by_second": trace.rate_by_second(),
         "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -159,13 +197,7 @@ def calibrate(config: DrillConfig, status: Callable[[str], None]) -> Calibration
     overrides the stable rate and, with nothing cached, skips the probes.
     """
     cache = config.report / f"calibration-{config.query}.json"
-    key = {
-        "query": config.query,
-        "vm_cpus": list(config.vm_cpus),
-        "window": [config.window_size_s, config.window_slide_s],
-        "probe": PROBE_SCHEDULE,
-        "version": PROBE_VERSION,
-    }
+    key = calibration_key(config)
     saved = json.loads(cache.read_text()) if cache.exists() else {}
     if saved.get("key") == key:
         found = Calibration.from_json(saved["calibration"])
@@ -190,6 +222,20 @@ def calibrate(config: DrillConfig, status: Callable[[str], None]) -> Calibration
         status(found.describe())
     cache.write_text(json.dumps({"key": key, "calibration": found.to_json()}))
     return replace(found, rate=config.stable_rate) if config.stable_rate else found
+
+
+def calibration_key(config: DrillConfig) -> dict[str, Any]:
+    """What a cached calibration must match to be reused."""
+    return {
+        "query": config.query,
+        "vm_cpus": list(config.vm_cpus),
+        "window": [config.window_size_s, config.window_slide_s],
+        "probe": PROBE_SCHEDULE,
+        "version": PROBE_VERSION,
+        # The epochs' cost depends on where state lives and on the heap (GC): a probe measured with
+        # other memory settings does not carry over.
+        "memory": {k: v for k, v in config.memory.to_json().items() if k in CALIBRATION_MEMORY},
+    }
 
 
 def _probe(
@@ -240,6 +286,8 @@ def _spec(config: DrillConfig, policy: str, trace: Trace, per_core: float, route
         warm_vms=1 if policy == "vminit" else 0,
         vms_on_burst=1 if vms else 0,
         vm_launch_delay_s=config.vm_launch_delay_s,
+        # A VM's executor gets --executor-memory (Spark's 1g when the config has none); local runs have none.
+        memory=replace(config.memory, executor_mb=(config.memory.executor_mb or 1024) if vms else None),
     )
 
 
@@ -250,8 +298,11 @@ def _run_child(spec: PolicyRun, directory: Path, status: Callable[[str], None]) 
         directory / "result.json",
         directory / "run.log",
     )
+    spec = replace(spec, jvm_log=str(directory / "jvm.log"))  # beside run.log
     spec_path.write_text(json.dumps(asdict(spec)))
     result_path.unlink(missing_ok=True)
+    error_path = directory / ERROR_FILE
+    error_path.unlink(missing_ok=True)
     started = time.time()
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
@@ -268,11 +319,32 @@ def _run_child(spec: PolicyRun, directory: Path, status: Callable[[str], None]) 
             proc.wait(timeout=30)
             raise
     if proc.returncode != 0 or not result_path.exists():
-        tail = "".join(log_path.read_text().splitlines(keepends=True)[-5:])
-        raise SpongeError(
-            f"the {spec.policy} run failed (exit {proc.returncode}): {tail.strip()}", hint=f"see {log_path}"
-        )
+        raise _child_failure(spec, proc.returncode, directory)
     return json.loads(result_path.read_text())
+
+
+def _child_failure(spec: PolicyRun, returncode: int, directory: Path) -> SpongeError:
+    """Why a policy's (or a probe's) process failed: the error it reported (a JVM that died says why:
+    core/spark/jvm_failure.py), else what its JVM's log shows, else the tail of its run.log."""
+    from core.spark.jvm_failure import find_cause, read_log
+    from core.spark.session import format_mb
+
+    run = "the calibration probe" if spec.policy == "probe" else f"the {spec.policy} run"
+    log_path, jvm_log = directory / "run.log", directory / "jvm.log"
+    error_path = directory / ERROR_FILE
+    if error_path.exists():
+        reported = json.loads(error_path.read_text())
+        kind = getattr(errors, str(reported.get("kind")), SpongeError)
+        kind = kind if isinstance(kind, type) and issubclass(kind, SpongeError) else SpongeError
+        return kind(f"{run} failed: {reported['message']}", hint=reported.get("hint") or f"see {log_path}")
+    cause = find_cause(read_log(jvm_log))
+    if cause.oom is not None:  # the process died before it could say (e.g. killed with its JVM)
+        return JvmDiedError(
+            f"{run} failed (exit {returncode}): its JVM ran out of memory: {cause.oom}",
+            hint=f"raise --driver-memory (now {format_mb(spec.memory.driver_mb)}); see {jvm_log}",
+        )
+    tail = "".join(log_path.read_text().splitlines(keepends=True)[-5:]) if log_path.exists() else ""
+    return SpongeError(f"{run} failed (exit {returncode}): {tail.strip()}", hint=f"see {log_path}")
 
 
 def _reference(config: DrillConfig, trace: Trace) -> Any:

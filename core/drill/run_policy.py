@@ -24,9 +24,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from core.errors import ConfigError
+from core.errors import ConfigError, SpongeError
 from core.latency import Epoch
 from core.offload_plan import DEFAULT_OFFLOAD_COST
+from core.spark.session import MachineMemory, MemoryConfig
 from policy.cost_model import Prices
 
 WARMUP_EVENTS = 30_000
@@ -41,6 +42,7 @@ EXECUTOR_START_S = 8.0  # a new worker's registration plus its executor's start 
 # slot and its state store reloads there from the checkpoint: VMBase's "migrate tasks and state to the
 # new VM".
 STANDALONE_CONF = (("spark.locality.wait", "0"),)
+ERROR_FILE = "error.json"  # a failed run's error for the drill: {"kind", "message", "hint"}
 
 
 @dataclass(frozen=True)
@@ -76,8 +78,15 @@ class PolicyRun:
     share: float = 0.0  # offloaded share while the policy has not decided (the routed probe's fixed share)
     offload_cost: float = DEFAULT_OFFLOAD_COST  # an offloaded event's VM work in kept events (calibrated)
     epoch_fixed_s: float | None = None  # the calibrated fixed epoch cost: the monitor's utilisation
+    memory: MemoryConfig = field(default_factory=MemoryConfig)  # heaps and state store (the drill's flags)
+    jvm_log: str | None = None  # where the JVM's output goes (default: beside the output directory)
 
     def __post_init__(self) -> None:
+        if isinstance(self.memory, dict):  # read back from spec.json (dataclasses.asdict's form)
+            values = dict(self.memory)
+            values["machine"] = MachineMemory(**values["machine"]) if values.get("machine") else None
+            values["flags"] = tuple(values.get("flags", ()))
+            object.__setattr__(self, "memory", MemoryConfig(**values))
         if (self.persistent or self.warm_vms or self.vms_on_burst) and not self.standalone:
             raise ConfigError(
                 "adding VMs at run time needs the standalone VMs",
@@ -272,8 +281,9 @@ def _start_vms(spec: PolicyRun) -> Any:
     from core.spark.vm_pool import VmPool
 
     out = Path(spec.output)
-    base = WorkerSpec(cores=len(spec.vm_cpus), cpus=tuple(spec.vm_cpus))
-    new_vm = WorkerSpec(cores=len(spec.worker_cpus), cpus=tuple(spec.worker_cpus))
+    memory_mb = spec.memory.executor_mb or 1024  # each VM offers exactly its executor's heap
+    base = WorkerSpec(cores=len(spec.vm_cpus), memory_mb=memory_mb, cpus=tuple(spec.vm_cpus))
+    new_vm = WorkerSpec(cores=len(spec.worker_cpus), memory_mb=memory_mb, cpus=tuple(spec.worker_cpus))
     started = time.monotonic()
     pool = VmPool.start(out.parent / f"{out.name}-cluster", base, new_vm)
     try:
@@ -308,6 +318,8 @@ def _spark_config(spec: PolicyRun, standalone_url: str | None) -> Any:
         master=standalone_url or spec.master,
         shuffle_partitions=spec.shuffle_partitions,
         conf=STANDALONE_CONF if standalone_url else (),
+        memory=spec.memory,
+        jvm_log=Path(spec.jvm_log) if spec.jvm_log else Path(spec.output).parent / "jvm.log",
     )
 
 
@@ -375,7 +387,13 @@ def main(argv: list[str]) -> int:
     # started are stopped by the runner's own clean-up instead of outliving it.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     spec = PolicyRun(**json.loads(Path(argv[0]).read_text()))
-    result = run(spec)
+    try:
+        result = run(spec)
+    except SpongeError as e:  # the drill re-raises it as it is (a dead JVM says why, not a traceback)
+        report = {"kind": type(e).__name__, "message": e.message, "hint": e.hint}
+        Path(argv[1]).with_name(ERROR_FILE).write_text(json.dumps(report))
+        print(f"error: {e.one_line()}", file=sys.stderr, flush=True)
+        return 2
     Path(argv[1]).write_text(json.dumps(result))
     return 0
 

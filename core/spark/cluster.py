@@ -227,7 +227,7 @@ class StandaloneCluster:
             raise ClusterError("the cluster is not running", hint="call start() first")
         if launch_delay_s < 0:
             raise ConfigError(f"the launch delay must be >= 0, got {launch_delay_s}")
-        spec.validate(frozenset(os.sched_getaffinity(0)))
+        spec.validate(frozenset(os.sched_getaffinity(0)), self.config.executor_memory_mb)
         pending = PendingWorker(
             index=next(self._indexes),
             spec=spec,

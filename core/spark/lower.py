@@ -11,10 +11,13 @@ Why some lowerings look the way they do:
   then merged into the sliding windows, so no record is copied into every window it belongs to.
 * A sliding aggregate whose only reader is a per-window top-k runs as one operator over its rows in
   partial form, which keeps the panes itself (merge/spark/sliding_top_k.py, ADR 0010 and 0014).
-* Aggregates that keep records (max_with_ties, latest_n) collect structs and trim them after the
-  aggregation: the trim is a stateless projection, so Spark's state holds one list per group.
-* What each aggregate computes (over records, over partial rows, per pane, per window, the trim)
-  is merge/algebra.py's rule in Spark's spelling (merge/spark/column_fold.py); this module lowers
+* Aggregates that keep records (max_with_ties, latest_n) run as one transformWithState operator
+  that keeps only each window's partial row per group, the records at the maximum or the n greatest,
+  the VM's records folded per task as a worker folds its share (merge/spark/window_fold.py, ADR 0021):
+  Spark has no aggregate that keeps so little, and a list of every record of a window outgrew the
+  state store.
+* What each aggregate computes (over records, over partial rows, per pane, per window) is
+  merge/algebra.py's rule in Spark's spelling (merge/spark/column_fold.py); this module lowers
   the arguments and places the aggregates in groupings.
 """
 
@@ -47,9 +50,9 @@ from core.plan import (
 )
 from core.rewrite import Kind, Placement, RewrittenPlan
 from core.spark.expr_spark import to_spark
-from core.spark.session import DEFAULT_STATE_STORE, ROCKSDB_STATE_STORE
-from merge.algebra import check_pane_mergeable, kind_of
-from merge.spark import column_fold, partial_form, window_join_count
+from core.spark.session import HDFS_STATE_STORE, ROCKSDB_STATE_STORE
+from merge.algebra import check_pane_mergeable
+from merge.spark import column_fold, partial_form, window_fold, window_join_count
 from merge.spark.latest_aggregate import latest_aggregate
 from merge.spark.sliding_top_k import fold_per_task, fusable, sliding_top_k
 from merge.spark.winner_at_close import winner_at_close
@@ -84,21 +87,19 @@ def _args(op: WindowAggregate) -> dict[str, Column | None]:
 
 def _agg_columns(aggs: tuple[AggCall, ...], partial: bool) -> list[Column]:
     """The aggregates of `aggs` over records, or over partial rows (merge/spark/partial_form.py)."""
-    args = [None if partial else _arg(a) for a in aggs]
-    cols = [column_fold.finished(a, arg, from_records=not partial) for a, arg in zip(aggs, args, strict=True)]
-    helpers = [h for a, arg in zip(aggs, args, strict=True) for h in column_fold.helpers(a, arg, not partial)]
-    return cols + helpers
+    return [column_fold.finished(a, None if partial else _arg(a), from_records=not partial) for a in aggs]
 
 
 def _aggregate(df: DataFrame, op: WindowAggregate, partial: bool = False) -> DataFrame:
+    if window_fold.keeps_records(op):  # its own operator; merge_aggregate hands it the workers' rows
+        assert not partial
+        return window_fold.window_fold(df, op, _args(op))
     keys = [F.col(k) for k in op.keys]
     if op.window is None:
-        out = df.groupBy(*keys).agg(*_agg_columns(op.aggs, partial))
-    elif op.window.tumbling:
-        out = df.groupBy(_window_col(op.window).alias(WINDOW), *keys).agg(*_agg_columns(op.aggs, partial))
-    else:
-        out = _windows(_panes(df, op, partial), op)
-    return column_fold.trim(out, op.aggs)
+        return df.groupBy(*keys).agg(*_agg_columns(op.aggs, partial))
+    if op.window.tumbling:
+        return df.groupBy(_window_col(op.window).alias(WINDOW), *keys).agg(*_agg_columns(op.aggs, partial))
+    return _windows(_panes(df, op, partial), op)
 
 
 def merge_aggregate(
@@ -106,6 +107,8 @@ def merge_aggregate(
 ) -> DataFrame:
     """`op` over the VM's records and the workers' partial rows of the same epochs (the merge operator);
     with `partials_only`, both kinds of rows in partial form, unaggregated (for sliding_top_k)."""
+    if window_fold.keeps_records(op):
+        return window_fold.window_fold(local, op, _args(op), workers)
     mine = _local_partials(local, op)
     if partials_only:
         mine = fold_per_task(mine, op)
@@ -277,21 +280,19 @@ def _join_counts(plan: LogicalPlan) -> dict[str, str]:
     }
 
 
-def _keeps_records(op: Operator) -> bool:
-    return isinstance(op, WindowAggregate) and any(kind_of(a).keep is not None for a in op.aggs)
-
-
 def needs_rocksdb(plan: LogicalPlan) -> bool:
     """Whether a query of `plan` runs an operator on transformWithState, which only the RocksDB store
     serves: the fused pairs, the record-keeping aggregates and the operators that decide at a close."""
     return bool(_fusions(plan) or _join_counts(plan)) or any(
-        _keeps_records(n.op) or isinstance(n.op, TWS_OPERATORS) for n in plan.nodes
+        (isinstance(n.op, WindowAggregate) and window_fold.keeps_records(n.op))
+        or isinstance(n.op, TWS_OPERATORS)
+        for n in plan.nodes
     )
 
 
 def state_store_for(plan: LogicalPlan) -> str:
-    """The state store provider a query of `plan` must start with."""
-    return ROCKSDB_STATE_STORE if needs_rocksdb(plan) else DEFAULT_STATE_STORE
+    """The least state store provider a query of `plan` can start with."""
+    return ROCKSDB_STATE_STORE if needs_rocksdb(plan) else HDFS_STATE_STORE
 
 
 class _Fusion:

@@ -25,13 +25,15 @@ from core.nexmark.queries import get_query
 from core.offload_chains import offload_chains
 from core.plan import Source
 from core.rewrite import rewrite
+from core.spark.jvm_failure import JvmWatch
 from core.spark.offload_session import OFFLOAD_DIR, OffloadConfig, OffloadSession
 from core.spark.progress_feed import ProgressFeed
-from core.spark.session import DEFAULT_STATE_STORE, SparkConfig, spark_session
+from core.spark.session import SparkConfig, current_jvm, spark_session
 from core.spark.streams import DEAD_LETTER_DIR, nexmark_sources
 
 CLOSING_PROGRESS_S = 30.0  # how long the closing epoch's progress may take to reach the feed
 WAIT_S = 0.25  # the longest wait for progress between checks of the restart schedule and the timeout
+FAILURE_WAIT_S = 3.0  # a failed query's JVM may be on its way out (Spark's shutdown hooks): wait that long
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,22 @@ class RunConfig:
                 "offloading needs the generated source and the rewritten plan",
                 hint="drop --input (or plain) when passing --offload-share",
             )
+        if self.spark.memory.state_store != "rocksdb":
+            refuse_state_store(self.query, self.params, self.spark.memory.state_store)
+
+
+def refuse_state_store(query: str, params: QueryParams, state_store: str) -> None:
+    """Refuse a state store the query's plan cannot run on: transformWithState needs RocksDB."""
+    from core.spark.lower import needs_rocksdb
+
+    plan = get_query(query).plan(params)
+    if needs_rocksdb(plan):
+        stateful = sorted({n.op.kind for n in plan.nodes if n.op.stateful})
+        raise ConfigError(
+            f"{query} runs its stateful operators ({', '.join(stateful)}) on transformWithState, which only "
+            f"the RocksDB state store serves; --state-store {state_store} cannot run it",
+            hint=f"drop --state-store {state_store} (RocksDB is the default)",
+        )
 
 
 class RunHooks(Protocol):
@@ -78,11 +96,25 @@ class RunHooks(Protocol):
 def run_query(
     config: RunConfig, progress: Callable[[dict], None] | None = None, hooks: RunHooks | None = None
 ) -> dict:
-    """Stream the query to completion, write Parquet results and summary.json; return the summary."""
+    """Stream the query to completion, write Parquet results and summary.json; return the summary.
+
+    A JVM that dies under the run is reported as a JvmDiedError that says why (core/spark/jvm_failure.py).
+    """
+    watch = JvmWatch(config.spark.memory)
+    with watch.reporting():
+        return _run_query(config, watch, progress, hooks)
+
+
+def _run_query(
+    config: RunConfig,
+    watch: JvmWatch,
+    progress: Callable[[dict], None] | None = None,
+    hooks: RunHooks | None = None,
+) -> dict:
     from core.spark.file_source import register as register_file_source
     from core.spark.file_source import require_entity_dirs
     from core.spark.jsonl_validation import dead_letter_summary
-    from core.spark.lower import lower_plain, lower_rewritten, state_store_for
+    from core.spark.lower import lower_plain, lower_rewritten
 
     info = get_query(config.query)
     logical = info.plan(config.params)
@@ -95,6 +127,8 @@ def run_query(
     out.mkdir(parents=True)
     spark = spark_session(config.spark)
     register_file_source(spark)
+    for key, value in config.spark.memory.state_store_conf():  # this run's store; the JVM may be shared
+        spark.conf.set(key, value)
     started = time.time()
     n_sources = len([n for n in logical.nodes if isinstance(n.op, Source)])
     session = None
@@ -133,7 +167,8 @@ def run_query(
             restarts_at=restarts_at,
             restarts_after_epochs=restart_epochs,
             on_restart=session.query_restarted if session is not None else None,
-            state_store=state_store_for(logical),
+            state_store=config.spark.memory.provider,
+            watch=watch,
         )
     finally:
         if hooks is not None:
@@ -160,6 +195,7 @@ def run_query(
         "events_per_s": round(records_in / wall_s, 1) if wall_s > 0 else None,
         "rewrite_ms": round(rewritten.rewrite_ms, 3),
         "plan": "plain" if config.plain else "rewritten",
+        "memory": memory_in_force(config.spark),
         **offload_summary,
     }
     if config.input is not None:
@@ -167,6 +203,18 @@ def run_query(
         summary["dead_letter"] = dead_letter_summary(out / DEAD_LETTER_DIR)
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
+
+
+def memory_in_force(spark: SparkConfig) -> dict[str, Any]:
+    """The run's memory as summary.json records it: the heaps the JVM was started with (a JVM started
+    earlier in this process keeps its own), the run's state store, and where the values came from."""
+    jvm = current_jvm()
+    started = jvm.memory if jvm is not None else spark.memory
+    recorded = spark.memory.to_json()
+    recorded["driver_memory"] = started.to_json()["driver_memory"]
+    recorded["executor_memory"] = started.to_json()["executor_memory"]
+    recorded["jvm_log"] = str(jvm.log) if jvm is not None and jvm.log is not None else None
+    return recorded
 
 
 def routed_to_workers(config: RunConfig, out: Path) -> int:
@@ -194,7 +242,8 @@ def stream_to_end(
     restarts_at: Sequence[float] = (),
     restarts_after_epochs: Sequence[int] = (),
     on_restart: Callable[[], None] | None = None,
-    state_store: str = DEFAULT_STATE_STORE,
+    state_store: str,
+    watch: JvmWatch | None = None,
 ) -> list[dict]:
     """Stream `df` into Parquet under `out` until every source has delivered its punctuation and
     the closing no-data epoch has run; return the progress of every epoch that read data.
@@ -202,8 +251,11 @@ def stream_to_end(
     At each of `restarts_at` (seconds after `started`), and once each of `restarts_after_epochs` has
     committed, the query is stopped and resumed from its checkpoint, as after a driver restart. Shared
     by run_query and the benchmark's hand-written queries, so both end the same way. `state_store` is
-    the provider a new checkpoint is made with (a resumed one keeps its own).
+    the provider a new checkpoint is made with (a resumed one keeps its own). `watch` (default: one on
+    this process's JVM) turns the JVM's death into the error that says why (core/spark/jvm_failure.py)
+    instead of a wait for progress that never comes.
     """
+    watch = watch or JvmWatch()
     df.sparkSession.conf.set("spark.sql.streaming.stateStore.providerClass", state_store)
 
     def start():
@@ -241,7 +293,11 @@ def stream_to_end(
                 seen[p["batchId"]] = p
                 if progress:
                     progress(p)
+        watch.check()
         if feed.failure is not None:
+            died = watch.error(feed.failure, wait_s=FAILURE_WAIT_S)
+            if died is not None:
+                raise died
             raise SpongeError(f"the streaming query failed: {feed.failure.splitlines()[0]}")
 
     def restart_due() -> bool:
@@ -287,6 +343,7 @@ def stream_to_end(
         while max(seen, default=-1) < closing and time.time() < deadline:
             collect(deadline - time.time())
     finally:
-        streams.removeListener(feed)  # first: the stop's event must not call into a Python that is leaving
-        query.stop()
+        if not watch.died():  # a dead JVM answers nothing; the error in flight says why
+            streams.removeListener(feed)  # first: the stop's event must not call into a leaving Python
+            query.stop()
     return list(seen.values())

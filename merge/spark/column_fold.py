@@ -9,22 +9,24 @@ A fold runs over *records* (the query's rows, each lifted into partial form insi
 or over *partial rows* (the workers' rows, the VM's records put in partial form by `lifted`, or the
 panes of a sliding window). Where Spark has a native aggregate for a rule over records, it is used:
 a sum of ones is count(1), a sum of presence flags is count(arg), avg's ratio of sums is avg(arg).
+
+A kind that keeps records has no Spark aggregate here: Spark's nearest one, collect_list, keeps every
+record of the group in the state until the window closes. Such an aggregate runs as one operator that
+folds in polars (merge/spark/window_fold.py, ADR 0021); its lift here (`lifted`) only gives that
+operator the partial form's Spark types.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column
 from pyspark.sql import functions as F
 
+from core.errors import PlanError
 from core.plan import AggCall
 from merge.algebra import (
-    VALUE_FIELD,
     ColumnType,
     Combine,
     Finish,
-    Keep,
     Lift,
     PartialColumn,
     kind_of,
@@ -98,13 +100,11 @@ def partial_columns(call: AggCall, arg: Column | None, from_records: bool) -> li
 
 
 def finished(call: AggCall, arg: Column | None, from_records: bool) -> Column:
-    """`call`'s result folded over a group in one aggregate; a record list still holds every record
-    (`trim` keeps and cuts them after the aggregation)."""
+    """`call`'s result folded over a group in one aggregate. A call that keeps records has none in
+    Spark: it is folded in merge/spark/window_fold.py, which keeps only the kept records."""
     k = kind_of(call)
     if k.keep is not None:
-        if from_records:
-            return F.collect_list(record(call, arg)).alias(call.out)
-        return F.flatten(F.collect_list(F.col(call.out))).alias(call.out)
+        raise PlanError(f"{call.fn} {call.out!r} has no Spark aggregate", hint="fold it with window_fold")
     if from_records and k.finish == Finish.RATIO:  # Spark's avg: the same ratio, in one aggregate buffer
         return F.avg(arg).alias(call.out)
     parts = [_folded(c, call, arg, from_records) for c in k.columns]
@@ -112,45 +112,3 @@ def finished(call: AggCall, arg: Column | None, from_records: bool) -> Column:
         return F.try_divide(*parts).alias(call.out)  # null, not an ANSI error, over no value
     (value,) = parts
     return value.alias(call.out)
-
-
-def _best(call: AggCall) -> str:
-    return f"_best_{call.out}"
-
-
-def helpers(call: AggCall, arg: Column | None, from_records: bool) -> list[Column]:
-    """Aggregates a keep rule reads in `trim`, computed beside `finished`: the maximum of
-    TIES_AT_MAX is its own aggregate, because a threshold computed in a projection is inlined into
-    the filter's lambda by Spark's optimizer and then recomputed for every element of the list."""
-    if kind_of(call).keep != Keep.TIES_AT_MAX:
-        return []
-    if from_records:
-        return [F.max(arg).alias(_best(call))]
-    return [F.max(F.array_max(F.transform(F.col(call.out), lambda x: x[VALUE_FIELD]))).alias(_best(call))]
-
-
-def _fields(fields: tuple[str, ...]) -> Callable[[Column], Column]:
-    """A one-argument lambda for F.transform (a second argument would receive the element index)."""
-    return lambda x: F.struct(*[x[f].alias(f) for f in fields])
-
-
-def _at(field: str, column: str) -> Callable[[Column], Column]:
-    return lambda x: x[field] == F.col(column)
-
-
-def trim(df: DataFrame, calls: Sequence[AggCall]) -> DataFrame:
-    """The stateless step after the aggregation: each record list kept by its rule and finished
-    (cut down to the call's fields), so Spark's state holds one untrimmed list per group."""
-    for call in calls:
-        keep = kind_of(call).keep
-        if keep is None:
-            continue
-        c = F.col(call.out)
-        if keep == Keep.TIES_AT_MAX:
-            kept = F.filter(c, _at(VALUE_FIELD, _best(call)))
-        else:
-            kept = F.slice(F.sort_array(c, asc=False), 1, call.n)
-        df = df.withColumn(call.out, F.transform(kept, _fields(call.fields)))
-        if keep == Keep.TIES_AT_MAX:
-            df = df.drop(_best(call))
-    return df

@@ -139,6 +139,27 @@ CASES: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
     ),
     (("run", "q1", "-o", "{tmp}/out", "--offload-share", "0.5", "--inject", "boom"), ("boom",)),
     (("run", "q1", "-o", "{tmp}/in", "--input", "{tmp}/in"), ("contains the input",)),
+    (("run", "q1", "-o", "{tmp}/out", "--workers", "3"), ("--workers needs --offload-share",)),
+    (("run", "q1", "-o", "{tmp}/out", "--target", "aws"), ("--target needs --offload-share",)),
+    # run: memory
+    (
+        ("run", "q1", "-o", "{tmp}/out", "--driver-memory", "lots"),
+        ("not a memory size", "--driver-memory 4g"),
+    ),
+    (("run", "q1", "-o", "{tmp}/out", "--driver-memory", "100m"), ("too small for Spark", "512m")),
+    (("run", "q1", "-o", "{tmp}/out", "--driver-memory", "100000g"), ("of RAM", "lower them")),
+    (("run", "q1", "-o", "{tmp}/out", "--executor-memory", "2g"), ("runs every task in the driver JVM",)),
+    (
+        ("run", "q1", "-o", "{tmp}/out", "--master", "local-cluster[2,1,1024]", "--executor-memory", "2g"),
+        ("gives each worker 1024 MB", "--executor-memory"),
+    ),
+    (("run", "q1", "-o", "{tmp}/out", "--state-store", "memory"), ("unknown state store", "rocksdb or hdfs")),
+    (("run", "q5", "-o", "{tmp}/out", "--state-store", "hdfs"), ("transformWithState", "drop --state-store")),
+    (
+        ("run", "q1", "-o", "{tmp}/out", "--state-store", "hdfs", "--rocksdb-memory", "1g"),
+        ("--rocksdb-memory", "drop --rocksdb-memory"),
+    ),
+    (("run", "q1", "-o", "{tmp}/out", "--rocksdb-memory", "1m"), ("too small", "--rocksdb-memory")),
     # drill
     (("drill", "--query", "q42"), ("unknown query 'q42'",)),
     (("drill", "--pattern", "bogus"), ("unknown burst pattern 'bogus'", "sudden:2x:30s")),
@@ -155,6 +176,16 @@ CASES: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
     (("drill", "--workers", "0"), ("--workers",)),
     (("drill", "--vm-launch-delay", "601"), ("--vm-launch-delay",)),
     (("drill", "--report", "{file}"), ("--report", "is a file")),
+    (("drill", "--duration", "60"), ("does not fit in 60 s", "--duration above 60 s")),
+    (("drill", "--pattern", "sine:2x:20s", "--duration", "40"), ("does not fit in 40 s",)),
+    (("drill", "--policy", "sponge", "--compare", "sponge,over"), ("--policy and --compare", "one of them")),
+    (("drill", "--compare", "noscaling", "--workers", "2"), ("tunes the sponge policy", "drop --workers")),
+    (("drill", "--vm-launch-delay", "10"), ("tunes the vmbase policy", "--vm-launch-delay")),
+    # drill: memory
+    (("drill", "--executor-memory", "2g"), ("no standalone VMs", "--driver-memory")),
+    (("drill", "--query", "q5", "--state-store", "hdfs"), ("transformWithState", "drop --state-store hdfs")),
+    (("drill", "--driver-memory", "2 GB please"), ("not a memory size",)),
+    (("drill", "--driver-memory", "100000g"), ("of RAM",)),
     # simulate
     (("simulate", "-q", "q42"), ("unknown query 'q42' for the simulator",)),
     (("simulate", "-q", "q1,q42"), ("unknown query 'q42'",)),
