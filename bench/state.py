@@ -39,12 +39,17 @@ State, from the streaming progress' `stateOperators`, per operator and summed ov
   The peak is what the job has to hold while it runs: for windowed queries (Q5, Q7, Q8) the top of a
   plateau that should not move from T to 10T (`state_growth_10x` ~ 1); for the keyed queries whose
   state lives as long as its key (Q3's unwindowed join; Q4 and Q6 as their semantics make them) it
-  is the state at the end of the data, so `bytes_per_key` = bytes / rows should stay flat from T to
-  10T (`bytes_per_key_ratio` ~ 1) even while the state grows. A row is the store's: for Spark's own
-  operators (Q3's join) a key's entry, for a transformWithState operator one of its state
-  variables' entries under its grouping key (a lowering may group keys into buckets), so there
-  "per key" is per state row. Every batch's [batch, rows, bytes] is kept in the JSON
-  (`run_T.series`, `run_10T.series`), to see the plateau or the growth.
+  is the state at the end of the data, so `bytes_per_key` = bytes / live keys should stay flat from
+  T to 10T (`bytes_per_key_ratio` ~ 1) even while the state grows. Live keys (`live_keys_*`):
+  - Q3 (Spark's stream-stream join): the store's rows, one per person or auction it keeps.
+  - Q4 and Q6 run on transformWithState, whose rows are the lowering's (it groups keys into
+    buckets, one row holding many keys), so their live keys are counted from the run's events by
+    the queries' definitions (docs/queries.md), at the peak batch's watermark W and last event time:
+    the auctions seen and not yet closed (ceil to the ms of `expires` > W), plus, for Q6, the
+    sellers with a winning bid decided by W (core.nexmark.reference.winning_bids), each holding up
+    to its 10 latest.
+  Every batch's [batch, rows, bytes] is kept in the JSON (`run_T.series`, `run_10T.series`), to see
+  the plateau or the growth.
 
 Heap: the peak, over the run, of the JVM heap right after a garbage collection (local mode: driver and
 executors share this one JVM). The sum of the memory pools' `getCollectionUsage()` does not give it
@@ -75,12 +80,16 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+import polars as pl
 
 from core.nexmark.generator import GeneratorConfig
 from core.nexmark.params import QueryParams
 from core.nexmark.queries import QUERIES
+from core.nexmark.reference import generate_tables, winning_bids
 from core.nexmark.schedule import RateSchedule
 from core.spark.runner import RunConfig, run_query
 from core.spark.session import SparkConfig, spark_session
@@ -142,13 +151,24 @@ def operator_state(op: Mapping[str, Any]) -> dict[str, Any]:
 def progress_state(progress: Mapping[str, Any]) -> dict[str, Any]:
     """The state of one batch, summed over its state operators, with each operator's detail."""
     ops = [operator_state(op) for op in progress.get("stateOperators") or []]
+    event_time = progress.get("eventTime") or {}
     return {
         "batch": progress.get("batchId"),
+        "watermark_us": _iso_us(event_time.get("watermark")),
+        "max_event_us": _iso_us(event_time.get("max")),
         "rows": sum(o["rows"] for o in ops),
         "bytes": sum(o["bytes"] for o in ops),
         "memory_bytes": sum(o["memory_bytes"] for o in ops),
         "operators": ops,
     }
+
+
+def _iso_us(text: str | None) -> int | None:
+    """A progress' event time (ISO 8601, UTC) as epoch microseconds."""
+    if not text:
+        return None
+    moment = datetime.fromisoformat(text)
+    return round(moment.replace(tzinfo=moment.tzinfo or UTC).timestamp() * 1_000_000)
 
 
 def peak_state(progresses: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
@@ -178,8 +198,30 @@ def ratio(num: float | None, den: float | None) -> float | None:
     return round(num / den, 4)
 
 
-def per_key(state: Mapping[str, Any] | None) -> float | None:
-    return ratio(state["bytes"], state["rows"]) if state else None
+def live_keys(query: str, tables: Mapping[str, Any], state: Mapping[str, Any]) -> int | None:
+    """The keys `query`'s state must hold after the batch of `state` (module doc: which, per query)."""
+    if query == "q3":
+        return state["rows"]
+    watermark, last = state.get("watermark_us"), state.get("max_event_us")
+    if query not in ("q4", "q6") or watermark is None or last is None:
+        return None
+
+    def ceil_ms(column: str) -> pl.Expr:
+        return (pl.col(column).dt.epoch("us") + 999) // 1000 * 1000
+
+    auctions = pl.from_arrow(tables["auction"])
+    open_auctions = auctions.filter(
+        (pl.col("date_time").dt.epoch("us") <= last) & (ceil_ms("expires") > watermark)
+    )
+    if query == "q4":
+        return open_auctions.height
+    decided = pl.from_arrow(winning_bids(tables)).filter(ceil_ms("expires") <= watermark)
+    return open_auctions.height + decided["seller"].n_unique()
+
+
+def per_key(run: Mapping[str, Any]) -> float | None:
+    state = run.get("state")
+    return ratio(state["bytes"], run.get("live_keys")) if state else None
 
 
 def query_figures(query: str, short: Mapping[str, Any], long: Mapping[str, Any]) -> dict[str, Any]:
@@ -204,8 +246,10 @@ def query_figures(query: str, short: Mapping[str, Any], long: Mapping[str, Any])
         "peak_heap_bytes": max(heaps) if heaps else None,
     }
     if query in KEYED_QUERIES:
-        fig["bytes_per_key_T"] = per_key(s_short)
-        fig["bytes_per_key_10T"] = per_key(s_long)
+        fig["live_keys_T"] = short.get("live_keys")
+        fig["live_keys_10T"] = long.get("live_keys")
+        fig["bytes_per_key_T"] = per_key(short)
+        fig["bytes_per_key_10T"] = per_key(long)
         fig["bytes_per_key_ratio"] = ratio(fig["bytes_per_key_10T"], fig["bytes_per_key_T"])
     for label, run in (("T", short), ("10T", long)):
         fig[f"run_{label}"] = {k: v for k, v in run.items() if k != "state"}
@@ -348,6 +392,8 @@ def measure_run(
     run["batches"] = len(progresses)
     run["state"] = peak_state(progresses)
     run["series"] = series(progresses)
+    if query in KEYED_QUERIES and run["state"] is not None:
+        run["live_keys"] = live_keys(query, generate_tables(gen) if query != "q3" else {}, run["state"])
     return run
 
 
@@ -381,6 +427,8 @@ def render_table(report: Mapping[str, Any]) -> Any:
         "kind",
         "rows T",
         f"rows {scale}T",
+        "keys T",
+        f"keys {scale}T",
         "state T",
         f"state {scale}T",
         "growth",
@@ -399,6 +447,8 @@ def render_table(report: Mapping[str, Any]) -> Any:
             q["kind"],
             _num(q["state_rows_T"]),
             _num(q["state_rows_10T"]),
+            _num(q.get("live_keys_T")),
+            _num(q.get("live_keys_10T")),
             human_bytes(q["state_bytes_T"]),
             human_bytes(q["state_bytes_10T"]),
             _num(q["state_growth_10x"], "{:.2f}x"),

@@ -117,8 +117,8 @@ def _window_cols(start_us: str, size: int) -> str:
     return f"make_timestamp({start_us}) AS window_start, make_timestamp({start_us} + {size}) AS window_end"
 
 
-def _winning_bids_sql() -> str:
-    """CTEs used by both Q4 and Q6: one row per auction with a winning bid (docs/queries.md).
+def winning_bids_sql() -> str:
+    """CTEs used by Q4, Q6 and `winning_bids`: one row per auction with a winning bid (docs/queries.md).
 
     An auction's winning bid is the highest-priced bid for it with open <= bid time < expires and
     price >= reserve, the earliest on a price tie; auctions without such a bid have no row. Every
@@ -179,7 +179,7 @@ def reference_sql(query: str, params: QueryParams = DEFAULT_PARAMS) -> str:
             "WHERE p.state IN ('OR', 'ID', 'CA') AND a.category = 10"
         )
     if name == "q4":
-        return f"""WITH {_winning_bids_sql()},
+        return f"""WITH {winning_bids_sql()},
 closed AS (
     {_sliding_windows_sql("winning", "category, price", "epoch_us(expires)", size, slide)}
 )
@@ -205,7 +205,7 @@ WHERE num_bids = top"""
     if name == "q6":
         # Each winning bid, at its auction's close, averaged with the seller's other winning bids of
         # auctions closed by then: the 10 latest by bid time (then auction id), itself included.
-        return f"""WITH {_winning_bids_sql()},
+        return f"""WITH {winning_bids_sql()},
 latest AS (
     SELECT r.a_row, r.seller, r.id AS auction, o.price,
            row_number() OVER (PARTITION BY r.a_row ORDER BY o.bid_time DESC, o.id DESC) AS rank
@@ -253,6 +253,29 @@ def _conform(result: pa.Table, schema: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(columns, schema=schema)
 
 
+def winning_bids(tables: Mapping[str, pa.Table]) -> pa.Table:
+    """Every auction's winning bid over `tables`' auctions and bids: id, seller, expires, price,
+    bid_time (for figures that count what Q4's and Q6's state must hold at a moment)."""
+    return _run_sql(
+        f"WITH {winning_bids_sql()} SELECT id, seller, expires, price, bid_time FROM winning",
+        {t: tables[t] for t in ("auction", "bid")},
+    )
+
+
+def _run_sql(sql: str, tables: Mapping[str, pa.Table | pa.RecordBatch]) -> pa.Table:
+    """`sql` over `tables` registered by name in a fresh DuckDB in UTC."""
+    import duckdb  # local: importing core.nexmark must stay cheap for the CLI
+
+    con = duckdb.connect(":memory:")
+    try:
+        con.execute("SET TimeZone = 'UTC'")
+        for name, data in tables.items():
+            con.register(name, pa.Table.from_batches([data]) if isinstance(data, pa.RecordBatch) else data)
+        return con.sql(sql).to_arrow_table()
+    finally:
+        con.close()
+
+
 def compute_reference(
     query: str, tables: Mapping[str, pa.Table], params: QueryParams = DEFAULT_PARAMS
 ) -> pa.Table:
@@ -260,8 +283,6 @@ def compute_reference(
 
     Only the tables the query reads are required. Extra columns (event_id, arrival_time) are ignored.
     """
-    import duckdb  # local: importing core.nexmark must stay cheap for the CLI
-
     name = _check_query(query)
     missing = [t for t in INPUT_TABLES[name] if t not in tables]
     if missing:
@@ -269,17 +290,7 @@ def compute_reference(
             f"{name} needs the event tables {', '.join(INPUT_TABLES[name])}; missing {', '.join(missing)}",
             hint="pass a dict with keys person, auction and bid",
         )
-    con = duckdb.connect(":memory:")
-    try:
-        con.execute("SET TimeZone = 'UTC'")
-        for table in INPUT_TABLES[name]:
-            data = tables[table]
-            if isinstance(data, pa.RecordBatch):
-                data = pa.Table.from_batches([data])
-            con.register(table, data)
-        result = con.sql(reference_sql(name, params)).to_arrow_table()
-    finally:
-        con.close()
+    result = _run_sql(reference_sql(name, params), {t: tables[t] for t in INPUT_TABLES[name]})
     return _conform(result, OUTPUT_SCHEMAS[name])
 
 

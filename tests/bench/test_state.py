@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 import bench.state as state_bench
-from bench.state import json_line, operator_state, peak_state, query_figures, series
+from bench.state import json_line, live_keys, operator_state, peak_state, query_figures, series
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -82,6 +84,7 @@ def _run(rows: int, size: int, heap: int) -> dict[str, Any]:
         "batches": 2,
         "state": peak_state(progresses),
         "series": series(progresses),
+        "live_keys": rows,
     }
 
 
@@ -95,6 +98,43 @@ def test_growth_and_bytes_per_key_of_a_keyed_query() -> None:
     assert fig["peak_heap_bytes"] == 120
     assert fig["operators_10T"][0]["rows"] == 10_000
     assert "state" not in fig["run_T"] and fig["run_T"]["series"] == [[0, 500, 250_000], [1, 1_000, 500_000]]
+
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def _us(seconds: float) -> int:
+    return round(_at(seconds).timestamp() * 1_000_000)
+
+
+def test_live_keys_of_q4_and_q6_follow_the_auctions_lives() -> None:
+    # auction 1 (seller 7) closes at 10 s with a winner; 2 (seller 7) at 10.0005 s, i.e. at 10.001 s to
+    # the ms, with a winner; 3 (seller 8) at 5 s without a valid bid; 4 (seller 9) opens after the batch.
+    auction = pa.table({
+        "id": [1, 2, 3, 4],
+        "seller": [7, 7, 8, 9],
+        "category": [1, 1, 1, 1],
+        "reserve": [10, 10, 10, 10],
+        "date_time": [_at(0), _at(1), _at(2), _at(30)],
+        "expires": [_at(10), _at(10.0005), _at(5), _at(40)],
+    })  # fmt: skip
+    bid = pa.table({
+        "auction": [1, 2, 3],
+        "price": [50, 20, 5],  # auction 3's is below its reserve
+        "date_time": [_at(3), _at(4), _at(4)],
+    })  # fmt: skip
+    tables = {"auction": auction, "bid": bid}
+    state = {"rows": 2, "watermark_us": _us(10), "max_event_us": _us(20)}
+    assert live_keys("q4", tables, state) == 1  # auction 2: 1 and 3 closed, 4 not seen yet
+    assert live_keys("q6", tables, state) == 2  # and seller 7, whose auction 1 was decided
+    later = {**state, "watermark_us": _us(10.001)}
+    assert (live_keys("q4", tables, later), live_keys("q6", tables, later)) == (0, 1)
+    assert live_keys("q3", tables, state) == 2  # Spark's join keeps a row per record
+    assert live_keys("q4", tables, {**state, "watermark_us": None}) is None
 
 
 def test_windowed_and_stateless_queries_have_no_bytes_per_key() -> None:
