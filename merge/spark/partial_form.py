@@ -4,8 +4,9 @@ Why no separate merge state: Spark's aggregate already keeps the window state, c
 commits it once per epoch. So the VM's records are put in *partial form* by a stateless projection
 (a count of one, a one-record list for max_with_ties), unioned with the partial rows the workers
 returned for the same epoch, and the aggregate folds partials instead of records (count becomes a
-sum of counts, avg a sum of sums over a sum of counts, max_with_ties the records at the maximum of
-all lists). A retried or replayed epoch re-reads the same routed records and the same partials, so
+sum of counts, avg a sum of sums over a sum of counts). An aggregate that keeps records
+(max_with_ties, latest_n) is folded by merge/spark/window_fold.py's operator instead, whose state
+holds only the maximum's ties and the n latest. A retried or replayed epoch re-reads the same routed records and the same partials, so
 each record lands in the state exactly once. The partial row type is merge/partials.py's, and what
 a record lifts into is merge/algebra.py's rule (spelled for Spark in merge/spark/column_fold.py).
 
