@@ -39,15 +39,18 @@ State, from the streaming progress' `stateOperators`, per operator and summed ov
   The peak is what the job has to hold while it runs: for windowed queries (Q5, Q7, Q8) the top of a
   plateau that should not move from T to 10T (`state_growth_10x` ~ 1); for the keyed queries whose
   state lives as long as its key (Q3's unwindowed join; Q4 and Q6 as their semantics make them) it
-  is the state at the end of the data, so `bytes_per_key` = bytes / live keys should stay flat from
-  T to 10T (`bytes_per_key_ratio` ~ 1) even while the state grows. Live keys (`live_keys_*`):
-  - Q3 (Spark's stream-stream join): the store's rows, one per person or auction it keeps.
-  - Q4 and Q6 run on transformWithState, whose rows are the lowering's (it groups keys into
-    buckets, one row holding many keys), so their live keys are counted from the run's events by
-    the queries' definitions (docs/queries.md), at the peak batch's watermark W and last event time:
-    the auctions seen and not yet closed (ceil to the ms of `expires` > W), plus, for Q6, the
-    sellers with a winning bid decided by W (core.nexmark.reference.winning_bids), each holding up
-    to its 10 latest.
+  is the state at the end of the data, so the bytes per live key of each keyed operator should stay
+  flat from T to 10T (`bytes_per_key[].ratio` ~ 1, the worst of them `bytes_per_key_ratio`) even
+  while the state grows. The keyed operators and their live keys (`KEYED_STATE`):
+  - Q3's stream-stream join: the store's rows, one per person or auction it keeps.
+  - Q4's and Q6's winners at the close: the auctions seen and not yet closed at the peak batch's
+    watermark W (ceil to the ms of `expires` > W);
+  - Q6's 10 latest winners per seller: the sellers with a winning bid decided by W
+    (core.nexmark.reference.winning_bids).
+  The last two run on transformWithState, whose rows are the lowering's (it groups keys into
+  buckets, one row holding many keys), so their keys are counted from the run's events by the
+  queries' definitions (docs/queries.md), not from the store. A progress lists its state operators
+  in the order Spark's plan is walked from the sink, which is how `KEYED_STATE` names them.
   Every batch's [batch, rows, bytes] is kept in the JSON (`run_T.series`, `run_10T.series`), to see
   the plateau or the growth.
 
@@ -94,7 +97,17 @@ from core.nexmark.schedule import RateSchedule
 from core.spark.runner import RunConfig, run_query
 from core.spark.session import SparkConfig, spark_session
 
-KEYED_QUERIES = ("q3", "q4", "q6")  # state lives as long as its key: report bytes per key
+#: The operators whose state lives as long as its key, per query: (what a key is, the operator's name
+#: in the progress), in the progress' order; they report bytes per live key.
+KEYED_STATE: dict[str, tuple[tuple[str, str], ...]] = {
+    "q3": (("joined records", "symmetricHashJoin"),),
+    "q4": (("open auctions", "transformWithStateInPandasExec"),),
+    "q6": (
+        ("sellers", "transformWithStateInPandasExec"),
+        ("open auctions", "transformWithStateInPandasExec"),
+    ),
+}
+KEYED_QUERIES = tuple(KEYED_STATE)
 WINDOWED_QUERIES = ("q5", "q7", "q8")  # state per open window: constant at a constant rate
 SCALE = 10  # the long run is SCALE times the short one
 #: Every commit flushes RocksDB's memtable and compacts its files, so the SST size is the live state's.
@@ -198,10 +211,11 @@ def ratio(num: float | None, den: float | None) -> float | None:
     return round(num / den, 4)
 
 
-def live_keys(query: str, tables: Mapping[str, Any], state: Mapping[str, Any]) -> int | None:
-    """The keys `query`'s state must hold after the batch of `state` (module doc: which, per query)."""
+def live_keys(query: str, tables: Mapping[str, Any], state: Mapping[str, Any]) -> dict[str, int] | None:
+    """What a key is -> how many `query`'s keyed operators must hold after the batch of `state` (module
+    doc: which, per query)."""
     if query == "q3":
-        return state["rows"]
+        return {"joined records": state["rows"]}
     watermark, last = state.get("watermark_us"), state.get("max_event_us")
     if query not in ("q4", "q6") or watermark is None or last is None:
         return None
@@ -213,15 +227,42 @@ def live_keys(query: str, tables: Mapping[str, Any], state: Mapping[str, Any]) -
     open_auctions = auctions.filter(
         (pl.col("date_time").dt.epoch("us") <= last) & (ceil_ms("expires") > watermark)
     )
-    if query == "q4":
-        return open_auctions.height
-    decided = pl.from_arrow(winning_bids(tables)).filter(ceil_ms("expires") <= watermark)
-    return open_auctions.height + decided["seller"].n_unique()
+    keys = {"open auctions": open_auctions.height}
+    if query == "q6":
+        decided = pl.from_arrow(winning_bids(tables)).filter(ceil_ms("expires") <= watermark)
+        keys["sellers"] = decided["seller"].n_unique()
+    return keys
 
 
-def per_key(run: Mapping[str, Any]) -> float | None:
-    state = run.get("state")
-    return ratio(state["bytes"], run.get("live_keys")) if state else None
+def keyed_operators(query: str, state: Mapping[str, Any], keys: Mapping[str, int]) -> list[dict[str, Any]]:
+    """Each keyed operator of `query` (KEYED_STATE) in `state`: its bytes, live keys, bytes per key."""
+    remaining = list(state["operators"])
+    out = []
+    for kind, name in KEYED_STATE[query]:
+        op = next((o for o in remaining if o["operator"] == name), None)
+        if op is None:
+            continue
+        remaining.remove(op)
+        n = keys.get(kind)
+        out.append(
+            {"keys_are": kind, "bytes": op["bytes"], "keys": n, "bytes_per_key": ratio(op["bytes"], n)}
+        )
+    return out
+
+
+def per_key_figures(short: Mapping[str, Any], long: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per keyed operator: live keys and bytes per key after T and 10T, and their ratio."""
+    out = []
+    for a, b in zip(short.get("keyed") or [], long.get("keyed") or [], strict=False):
+        out.append({
+            "keys_are": a["keys_are"],
+            "keys_T": a["keys"],
+            "keys_10T": b["keys"],
+            "bytes_per_key_T": a["bytes_per_key"],
+            "bytes_per_key_10T": b["bytes_per_key"],
+            "ratio": ratio(b["bytes_per_key"], a["bytes_per_key"]),
+        })  # fmt: skip
+    return out
 
 
 def query_figures(query: str, short: Mapping[str, Any], long: Mapping[str, Any]) -> dict[str, Any]:
@@ -246,11 +287,9 @@ def query_figures(query: str, short: Mapping[str, Any], long: Mapping[str, Any])
         "peak_heap_bytes": max(heaps) if heaps else None,
     }
     if query in KEYED_QUERIES:
-        fig["live_keys_T"] = short.get("live_keys")
-        fig["live_keys_10T"] = long.get("live_keys")
-        fig["bytes_per_key_T"] = per_key(short)
-        fig["bytes_per_key_10T"] = per_key(long)
-        fig["bytes_per_key_ratio"] = ratio(fig["bytes_per_key_10T"], fig["bytes_per_key_T"])
+        fig["bytes_per_key"] = per_key_figures(short, long)
+        ratios = [k["ratio"] for k in fig["bytes_per_key"] if k["ratio"] is not None]
+        fig["bytes_per_key_ratio"] = max(ratios) if ratios else None
     for label, run in (("T", short), ("10T", long)):
         fig[f"run_{label}"] = {k: v for k, v in run.items() if k != "state"}
         fig[f"operators_{label}"] = run["state"]["operators"] if run.get("state") else []
@@ -393,7 +432,8 @@ def measure_run(
     run["state"] = peak_state(progresses)
     run["series"] = series(progresses)
     if query in KEYED_QUERIES and run["state"] is not None:
-        run["live_keys"] = live_keys(query, generate_tables(gen) if query != "q3" else {}, run["state"])
+        keys = live_keys(query, generate_tables(gen) if query != "q3" else {}, run["state"])
+        run["keyed"] = keyed_operators(query, run["state"], keys or {})
     return run
 
 
@@ -427,11 +467,12 @@ def render_table(report: Mapping[str, Any]) -> Any:
         "kind",
         "rows T",
         f"rows {scale}T",
-        "keys T",
-        f"keys {scale}T",
         "state T",
         f"state {scale}T",
         "growth",
+        "keys are",
+        "keys T",
+        f"keys {scale}T",
         "B/key T",
         f"B/key {scale}T",
         "B/key ratio",
@@ -439,22 +480,30 @@ def render_table(report: Mapping[str, Any]) -> Any:
         "wall s",
         "note",
     ):
-        table.add_column(name, justify="left" if name in ("query", "kind", "note") else "right")
+        table.add_column(name, justify="left" if name in ("query", "kind", "keys are", "note") else "right")
     for q in report["queries"]:
         walls = [q[f"run_{k}"].get("wall_s") for k in ("T", "10T")]
+        keyed = q.get("bytes_per_key") or [{}]
+
+        def per_op(field: str, fmt: str = "{:,.0f}", keyed=keyed) -> str:  # one line per keyed operator
+            return "\n".join(
+                _num(k.get(field), fmt) if field != "keys_are" else k.get(field, "-") for k in keyed
+            )
+
         table.add_row(
             q["query"],
             q["kind"],
             _num(q["state_rows_T"]),
             _num(q["state_rows_10T"]),
-            _num(q.get("live_keys_T")),
-            _num(q.get("live_keys_10T")),
             human_bytes(q["state_bytes_T"]),
             human_bytes(q["state_bytes_10T"]),
             _num(q["state_growth_10x"], "{:.2f}x"),
-            _num(q.get("bytes_per_key_T"), "{:,.1f}"),
-            _num(q.get("bytes_per_key_10T"), "{:,.1f}"),
-            _num(q.get("bytes_per_key_ratio"), "{:.2f}x"),
+            per_op("keys_are"),
+            per_op("keys_T"),
+            per_op("keys_10T"),
+            per_op("bytes_per_key_T", "{:,.1f}"),
+            per_op("bytes_per_key_10T", "{:,.1f}"),
+            per_op("ratio", "{:.2f}x"),
             human_bytes(q["peak_heap_bytes"]),
             " + ".join(_num(w, "{:.0f}") for w in walls),
             (q.get("error") or "")[:60],

@@ -13,7 +13,15 @@ import pyarrow as pa
 import pytest
 
 import bench.state as state_bench
-from bench.state import json_line, live_keys, operator_state, peak_state, query_figures, series
+from bench.state import (
+    json_line,
+    keyed_operators,
+    live_keys,
+    operator_state,
+    peak_state,
+    query_figures,
+    series,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -84,7 +92,7 @@ def _run(rows: int, size: int, heap: int) -> dict[str, Any]:
         "batches": 2,
         "state": peak_state(progresses),
         "series": series(progresses),
-        "live_keys": rows,
+        "keyed": [{"keys_are": "joined records", "bytes": size, "keys": rows, "bytes_per_key": size / rows}],
     }
 
 
@@ -93,8 +101,10 @@ def test_growth_and_bytes_per_key_of_a_keyed_query() -> None:
     assert fig["kind"] == "keyed"
     assert (fig["state_bytes_T"], fig["state_bytes_10T"]) == (500_000, 4_000_000)
     assert fig["state_growth_10x"] == pytest.approx(8.0)
-    assert (fig["bytes_per_key_T"], fig["bytes_per_key_10T"]) == (500.0, 400.0)
-    assert fig["bytes_per_key_ratio"] == pytest.approx(0.8)
+    (per_key,) = fig["bytes_per_key"]
+    assert (per_key["keys_T"], per_key["keys_10T"]) == (1_000, 10_000)
+    assert (per_key["bytes_per_key_T"], per_key["bytes_per_key_10T"]) == (500.0, 400.0)
+    assert per_key["ratio"] == fig["bytes_per_key_ratio"] == pytest.approx(0.8)
     assert fig["peak_heap_bytes"] == 120
     assert fig["operators_10T"][0]["rows"] == 10_000
     assert "state" not in fig["run_T"] and fig["run_T"]["series"] == [[0, 500, 250_000], [1, 1_000, 500_000]]
@@ -129,18 +139,29 @@ def test_live_keys_of_q4_and_q6_follow_the_auctions_lives() -> None:
     })  # fmt: skip
     tables = {"auction": auction, "bid": bid}
     state = {"rows": 2, "watermark_us": _us(10), "max_event_us": _us(20)}
-    assert live_keys("q4", tables, state) == 1  # auction 2: 1 and 3 closed, 4 not seen yet
-    assert live_keys("q6", tables, state) == 2  # and seller 7, whose auction 1 was decided
+    assert live_keys("q4", tables, state) == {"open auctions": 1}  # 2; 1 and 3 closed, 4 not seen yet
+    assert live_keys("q6", tables, state) == {"open auctions": 1, "sellers": 1}  # 7: auction 1 decided
     later = {**state, "watermark_us": _us(10.001)}
-    assert (live_keys("q4", tables, later), live_keys("q6", tables, later)) == (0, 1)
-    assert live_keys("q3", tables, state) == 2  # Spark's join keeps a row per record
+    assert live_keys("q6", tables, later) == {"open auctions": 0, "sellers": 1}  # 7 counted once
+    assert live_keys("q3", tables, state) == {"joined records": 2}  # Spark's join: a row per record
     assert live_keys("q4", tables, {**state, "watermark_us": None}) is None
+
+
+def test_each_keyed_operator_gets_its_own_keys_in_the_progress_order() -> None:
+    # Q6's progress lists the per-seller operator (nearer the sink) first, then the winners' one.
+    state = peak_state([_batch(0, 10, _rocksdb(2, 9_000), _rocksdb(6, 280_000))])
+    assert state is not None
+    ops = keyed_operators("q6", state, {"open auctions": 1_400, "sellers": 300})
+    assert [(o["keys_are"], o["bytes"], o["keys"], o["bytes_per_key"]) for o in ops] == [
+        ("sellers", 9_000, 300, 30.0),
+        ("open auctions", 280_000, 1_400, 200.0),
+    ]
 
 
 def test_windowed_and_stateless_queries_have_no_bytes_per_key() -> None:
     fig = query_figures("q5", _run(8, 60_000, 90), _run(8, 66_000, 90))
     assert fig["kind"] == "windowed" and fig["state_growth_10x"] == pytest.approx(1.1)
-    assert "bytes_per_key_T" not in fig
+    assert "bytes_per_key" not in fig
     empty = {"events": 1, "wall_s": 1.0, "heap": {"peak_bytes": 5}, "batches": 2, "state": None, "series": []}
     fig = query_figures("q0", empty, {**empty, "error": "boom"})
     assert fig["kind"] == "stateless"
