@@ -33,7 +33,8 @@ import os
 import random
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -559,30 +560,41 @@ class Streams:
         return keep_alive(reader.parquet(str(folder)), time_column, heartbeats=False)
 
 
-def run_stream(spark: SparkSession, plan: LogicalPlan, df: DataFrame, root: Path) -> list[Any]:
-    """Run `df` to its end in append mode with the plan's state store (as runner.stream_to_end does)."""
+@contextmanager
+def state_store_of(spark: SparkSession, plan: LogicalPlan) -> Iterator[None]:
+    """Start queries of `plan` on the state store it needs (as runner.stream_to_end does), then restore."""
     key = "spark.sql.streaming.stateStore.providerClass"
     before = spark.conf.get(key)
     spark.conf.set(key, state_store_for(plan))
-    name = f"merge_{root.name}".replace("-", "_")
     try:
-        query = (
-            _micros(df)
-            .writeStream.format("memory")
-            .queryName(name)
-            .outputMode("append")
-            .option("checkpointLocation", str(root / "checkpoint"))
-            .trigger(availableNow=True)
-            .start()
-        )
-        query.awaitTermination(120)
-        assert not query.isActive, "the stream did not end"
-        assert query.exception() is None
-        assert len([p for p in query.recentProgress if p["numInputRows"]]) == 3, "one epoch per file"
-        return spark.table(name).collect()
+        yield
     finally:
         spark.conf.set(key, before)
-        spark.catalog.dropTempView(name)
+
+
+def run_stream(
+    spark: SparkSession, plan: LogicalPlan, df: DataFrame, root: Path, name: str = "", epochs: int = 3
+) -> list[Any]:
+    """Run `df` to its end in append mode into a memory table; `epochs`: the epochs that read data."""
+    name = name or f"merge_{root.name}".replace("-", "_")
+    with state_store_of(spark, plan):
+        try:
+            query = (
+                _micros(df)
+                .writeStream.format("memory")
+                .queryName(name)
+                .outputMode("append")
+                .option("checkpointLocation", str(root / f"checkpoint_{name}"))
+                .trigger(availableNow=True)
+                .start()
+            )
+            query.awaitTermination(180)
+            assert not query.isActive, "the stream did not end"
+            assert query.exception() is None
+            assert len([p for p in query.recentProgress if p["numInputRows"]]) == epochs, "one epoch per file"
+            return spark.table(name).collect()
+        finally:
+            spark.catalog.dropTempView(name)
 
 
 STREAMED = [

@@ -30,7 +30,7 @@ from core.errors import PlanError
 from core.expr import col
 from core.plan import WINDOW, AggCall, WindowAggregate, WindowSpec
 from core.query import QueryBuilder, agg
-from core.spark.lower import apply_operator, lower_plain, state_store_for
+from core.spark.lower import apply_operator, lower_plain
 from core.spark.streams import keep_alive
 from merge.partials import final_schema, group_columns, partial_aggregate, partial_schema
 from merge.spark.window_fold import _BUCKET, _END_US, _START_US, WindowFold, WindowFoldProcessor
@@ -40,9 +40,9 @@ from tests.core.spark.test_lowering_merge_properties import (
     EOS,
     KINDS,
     _as_groups,
-    _micros,
     lowered,
     records,
+    run_stream,
     shape,
 )
 from tests.core.spark.test_lowering_merge_properties import assert_same as assert_same_shape
@@ -320,29 +320,6 @@ class Epochs:
         return keep_alive(reader.parquet(str(folder)), time_column, heartbeats=False)
 
 
-def run(spark: SparkSession, plan: Any, df: DataFrame, root: Path, name: str) -> list[Any]:
-    key = "spark.sql.streaming.stateStore.providerClass"
-    before = spark.conf.get(key)
-    spark.conf.set(key, state_store_for(plan))
-    try:
-        query = (
-            _micros(df)
-            .writeStream.format("memory")
-            .queryName(name)
-            .outputMode("append")
-            .option("checkpointLocation", str(root / f"checkpoint_{name}"))
-            .trigger(availableNow=True)
-            .start()
-        )
-        query.awaitTermination(180)
-        assert not query.isActive and query.exception() is None
-        assert len([p for p in query.recentProgress if p["numInputRows"]]) == len(CUTS) + 2
-        return spark.table(name).collect()
-    finally:
-        spark.conf.set(key, before)
-        spark.catalog.dropTempView(name)
-
-
 STREAMED = [
     pytest.param(("max_with_ties",), (), False, id="q7-like-global"),
     pytest.param(tuple(KINDS), ("key",), True, id="every-kind-keyed-prefix"),
@@ -371,7 +348,11 @@ def test_streamed_over_epochs_equals_the_direct_computation(
     else:
         (df,) = lowered(spark, plan, rows, share, chunk_rows=9, stream=stream)[0].values()
     name = f"fold_{'plain' if share is None else 'merged'}_{len(kinds)}_{len(keys)}"
-    assert_same_shape(sh, _as_groups(sh, run(spark, plan, df, tmp_path, name)), expected_of_shape(sh, rows))
+    assert_same_shape(
+        sh,
+        _as_groups(sh, run_stream(spark, plan, df, tmp_path, name, epochs=len(CUTS) + 2)),
+        expected_of_shape(sh, rows),
+    )
 
 
 @pytest.mark.spark
@@ -395,7 +376,7 @@ def test_a_regrouping_aggregate_keeps_records_and_feeds_a_stateful_operator(
     (df,) = lower_plain(plan, lambda _: stream(records_table(rows), "date_time")).values()
     got = {
         (r["window_start"] - T0, r["window_end"] - T0): (r["ties"], r["total"])
-        for r in run(spark, plan, df, tmp_path, "regroup")
+        for r in run_stream(spark, plan, df, tmp_path, "regroup", epochs=len(CUTS) + 2)
     }
     per_window: dict[tuple, dict] = defaultdict(lambda: defaultdict(int))
     for r in rows:

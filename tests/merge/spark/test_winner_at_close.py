@@ -27,9 +27,10 @@ from core.nexmark.schema import END_OF_STREAM_TIME_US
 from core.plan import LogicalPlan, Source
 from core.query import QueryBuilder
 from core.results import diff_results, read_results
-from core.spark.lower import lower_plain, state_store_for
+from core.spark.lower import lower_plain
 from core.spark.streams import keep_alive
 from tests.core.nexmark.test_reference import at, auctions, bids
+from tests.core.spark.test_lowering_merge_properties import state_store_of
 
 pytestmark = pytest.mark.spark
 
@@ -105,11 +106,8 @@ def _run(spark: SparkSession, plan: LogicalPlan, root: Path) -> Path:
 
     (root / "in").mkdir(parents=True)
     (df,) = lower_plain(plan, sources).values()
-    key = "spark.sql.streaming.stateStore.providerClass"
-    before = spark.conf.get(key)
-    spark.conf.set(key, state_store_for(plan))
     out = root / "out"
-    try:
+    with state_store_of(spark, plan):
         query = (
             df.writeStream.format("parquet")
             .option("path", str(out))
@@ -122,8 +120,6 @@ def _run(spark: SparkSession, plan: LogicalPlan, root: Path) -> Path:
         assert not query.isActive, "the stream did not end"
         assert query.exception() is None
         assert len([p for p in query.recentProgress if p["numInputRows"]]) >= len(CUTS_S), "several epochs"
-    finally:
-        spark.conf.set(key, before)
     return out
 
 
