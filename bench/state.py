@@ -523,7 +523,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--queries", default=",".join(QUERIES), help="comma-separated, from " + ",".join(QUERIES))
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=1200.0, help="seconds one run may take")
-    ap.add_argument("--work-dir", type=Path, default=None, help="where runs write (default: a temp dir)")
+    ap.add_argument(
+        "--work-dir",
+        type=Path,
+        default=None,
+        help="where runs and the JVM's log (jvm.log) are written; kept (default: a temp dir, removed)",
+    )
     ap.add_argument("--json", action="store_true", help="end stdout with the figures as one JSON line")
     args = ap.parse_args(argv)
     args.queries = [q.strip().lower() for q in args.queries.split(",") if q.strip()]
@@ -538,13 +543,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def run_bench(args: argparse.Namespace, say: Callable[[str], None] = _say) -> dict[str, Any]:
-    sc = SparkConfig(app_name="sponge-bench-state", conf=ROCKSDB_LIVE_SIZE)
     short_events = round(args.rate * args.seconds)
     started = time.time()
     figures = []
     with tempfile.TemporaryDirectory(prefix="sponge-bench-state-") as tmp:
         work = args.work_dir or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
+        sc = SparkConfig(app_name="sponge-bench-state", conf=ROCKSDB_LIVE_SIZE, jvm_log=work / "jvm.log")
         spark = spark_session(sc)
         try:
             for q in args.queries:
