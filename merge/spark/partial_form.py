@@ -6,9 +6,10 @@ commits it once per epoch. So the VM's records are put in *partial form* by a st
 returned for the same epoch, and the aggregate folds partials instead of records (count becomes a
 sum of counts, avg a sum of sums over a sum of counts). An aggregate that keeps records
 (max_with_ties, latest_n) is folded by merge/spark/window_fold.py's operator instead, whose state
-holds only the maximum's ties and the n latest. A retried or replayed epoch re-reads the same routed records and the same partials, so
-each record lands in the state exactly once. The partial row type is merge/partials.py's, and what
-a record lifts into is merge/algebra.py's rule (spelled for Spark in merge/spark/column_fold.py).
+holds only the maximum's ties and the n latest. A retried or replayed epoch re-reads the same
+routed records and the same partials, so each record lands in the state exactly once. The partial
+row type is merge/partials.py's, and what a record lifts into is merge/algebra.py's rule (spelled
+for Spark in merge/spark/column_fold.py).
 
 For a stateless chain the workers return finished rows, and the merge is a plain union.
 """
