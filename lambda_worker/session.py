@@ -212,7 +212,8 @@ class WorkerSession:
                 time.sleep(chunk.delay_s)
             program = self.programs.get_json(chunk.program_id, chunk.program)
             table = decode(chunk.payload)
-            out = program.run_table(table)
+            rows_by_node: dict[str, int] = {}
+            out = program.run_table(table, rows_by_node)
             payload = encode(out, self.d.compression)
         except Exception as e:  # any program error goes back as data, with its class and message
             self.summary.failures += 1
@@ -235,5 +236,6 @@ class WorkerSession:
                 rows_out=out.num_rows,
                 checksum=checksum(payload),
                 seconds=seconds,
+                rows_by_node=rows_by_node,
             )
         )

@@ -164,10 +164,13 @@ class TransientProgram:
                 return None
         return None
 
-    def run_table(self, data: pa.Table | pa.RecordBatch) -> pa.Table:
+    def run_table(self, data: pa.Table | pa.RecordBatch, counts: dict[str, int] | None = None) -> pa.Table:
+        """Run the chain; with `counts`, add the records going into each node under its logical id."""
         df = pl.from_arrow(data)
         assert isinstance(df, pl.DataFrame)
-        for op in self.ops:
+        for node_id, op in zip(self.node_ids, self.ops, strict=True):
+            if counts is not None:
+                counts[node_id] = counts.get(node_id, 0) + df.height
             if isinstance(op, WindowAggregate):
                 return partial_aggregate(op, df.to_arrow())
             df = _apply(op, df)

@@ -23,7 +23,7 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -229,9 +229,11 @@ class Dispatcher:
         crc: int,
         *,
         readable: bool = True,
+        rows_by_node: Mapping[str, int] | None = None,
     ) -> None:
         """A worker's result. `readable=False`: the receiver found the payload is no result at all (this
-        class reads no payloads); like one that fails its checksum, it is counted corrupt and redone."""
+        class reads no payloads); like one that fails its checksum, it is counted corrupt and redone.
+        `rows_by_node`: the records the worker ran through each node of the chain."""
         intact = readable and checksum(payload) == crc
         with self._lock:
             owned = self._owned(worker_id, chunk_id)
@@ -247,6 +249,8 @@ class Dispatcher:
             # _owned took the chunk out of flight under the lock: only this call resolves it.
             self.counters.add(stats.CHUNKS_DONE)
             self.counters.add(stats.RECORDS_OFFLOADED, rows_in)
+            for node_id, n in (rows_by_node or {}).items():
+                self.counters.add(stats.operator_offloaded(node_id), n)
             self._pump()
         _resolve(task, outcome)
 

@@ -7,6 +7,7 @@ must be an AttributeError here rather than a silent zero there.
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping
 
 WORKERS_STARTED = "workers_started"
 COLD_STARTS = "cold_starts"
@@ -63,16 +64,32 @@ ALL = (
 )
 
 
+#: Per logical node, the records workers ran through it (once per chunk, as RECORDS_OFFLOADED).
+OPERATOR_OFFLOADED = "operator_offloaded:"
+
+
+def operator_offloaded(node_id: str) -> str:
+    """The counter of the records workers ran through node `node_id`."""
+    return OPERATOR_OFFLOADED + node_id
+
+
+def operators_offloaded(counters: Mapping[str, int]) -> dict[str, int]:
+    """{node id: records} out of a snapshot of the counters (or their sum over agent restarts)."""
+    return {
+        k.removeprefix(OPERATOR_OFFLOADED): v for k, v in counters.items() if k.startswith(OPERATOR_OFFLOADED)
+    }
+
+
 class Counters:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._values = dict.fromkeys(ALL, 0)
 
     def add(self, name: str, n: int = 1) -> None:
-        if name not in self._values:
+        if name not in self._values and not name.startswith(OPERATOR_OFFLOADED):
             raise KeyError(f"unknown counter {name!r}")
         with self._lock:
-            self._values[name] += n
+            self._values[name] = self._values.get(name, 0) + n
 
     def get(self, name: str) -> int:
         with self._lock:

@@ -410,6 +410,7 @@ def _summarise(
         "events": trace.events,
         "wall_s": result["summary"]["wall_s"],
         "records_offloaded": result["summary"].get("records_offloaded", 0),
+        "operators_offloaded": result["summary"].get("operators_offloaded", {}),
         "notes": _notes(result),
     }
 

@@ -184,6 +184,8 @@ class OffloadSession:
 
     def stop(self) -> dict[str, Any]:
         """Stop the agent; the summary's offload fields."""
+        from router.stats import operators_offloaded
+
         for timer in self._timers:
             timer.cancel()  # a restart not yet due never happens; one under way finishes first
             if timer.is_alive():
@@ -202,6 +204,7 @@ class OffloadSession:
             "workers": self.config.workers,
             "target": self.config.target,
             "records_offloaded": totals.get("records_offloaded", 0),
+            "operators_offloaded": operators_offloaded(totals),
             "records_run_locally_by_agent": totals.get("records_run_locally", 0),
             "workers_started": totals.get("workers_started", 0),
             "cold_starts": totals.get("cold_starts", 0),

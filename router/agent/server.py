@@ -260,7 +260,7 @@ class _Servicer:
     def Stats(self, request: Any, context: Any) -> Any:
         self._check_caller(context)
         s = self.agent.stats()
-        counters = {k: int(s[k]) for k in stats.ALL}
+        counters = {k: int(v) for k, v in self.agent.counters.snapshot().items()}
         return self.pb2.StatsReply(
             counters=counters,
             workers_connected=s["workers_connected"],
@@ -359,6 +359,7 @@ class _Servicer:
                         r.rows_out,
                         r.checksum,
                         readable=self._readable(link.worker_id, r.chunk_id, r.payload),
+                        rows_by_node=r.rows_by_node,
                     )
                 elif kind == "failure":
                     f = msg.failure

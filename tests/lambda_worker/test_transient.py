@@ -188,6 +188,19 @@ def test_q7_chain_equals_the_direct_max_with_ties() -> None:
         assert sorted(row["top"], key=repr) == sorted(want, key=repr)
 
 
+def test_the_records_into_each_node_are_counted_under_its_logical_id() -> None:
+    prog, ids = _program(lambda s: s.filter(col("a") > 0).map(a=col("a"), b=col("b")))
+    data, counts = _rows(), {"filter1": 5}
+    out = prog.run_table(data, counts)
+    passed = sum(1 for a in data["a"].to_pylist() if a is not None and a > 0)
+    assert ids == ["filter1", "map2"] and out.num_rows == passed
+    assert counts == {"filter1": 5 + data.num_rows, "map2": passed}  # added to what was there
+    plan = get_query("q5").plan(QueryParams(10, 2))
+    q5, q5_counts = TransientProgram.from_plan(plan, ["map1~to", "key_by2~to", "window_aggregate3~to"]), {}
+    q5.run_table(_bids(1_000), q5_counts)
+    assert set(q5_counts) == {"map1", "key_by2", "window_aggregate3"}  # the ids `sponge compile` prints
+
+
 def test_chain_validation_names_the_problem() -> None:
     plan = get_query("q5").plan()
     with pytest.raises(PlanError, match="not in plan"):

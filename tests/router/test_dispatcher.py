@@ -29,7 +29,10 @@ def _task(i: int) -> ChunkTask:
 
 
 def _result(d: Dispatcher, link: FakeLink, task: ChunkTask, payload: bytes = b"partial") -> None:
-    d.on_result(link.worker_id, task.chunk_id, task.epoch, payload, 10, 2, checksum(payload))
+    per_node = {"map1": 10, "filter2": 4}
+    d.on_result(
+        link.worker_id, task.chunk_id, task.epoch, payload, 10, 2, checksum(payload), rows_by_node=per_node
+    )
 
 
 def test_chunks_go_to_idle_workers_one_at_a_time_in_order() -> None:
@@ -193,6 +196,8 @@ def test_records_are_counted_once_where_their_chunk_ran() -> None:
     d.detach("a")  # its only dispatch is used up: it runs in the agent (rows_in=1)
     assert home.future.result(5).ran_locally
     assert c.get(stats.RECORDS_OFFLOADED) == 10 and c.get(stats.RECORDS_RUN_LOCALLY) == 1
+    # per node too, for the worker's result only: the duplicate and the agent's own run add nothing
+    assert stats.operators_offloaded(c.snapshot()) == {"map1": 10, "filter2": 4}
 
 
 def test_workers_shows_who_holds_what() -> None:

@@ -29,6 +29,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 PARAMS = QueryParams(window_size_s=4, window_slide_s=2)
 OFFLOAD_FIELDS = {
     "records_offloaded",
+    "operators_offloaded",
     "workers_started",
     "cold_starts",
     "chunks_dispatched",
@@ -87,8 +88,14 @@ def test_offloaded_output_equals_reference(
         # from the agent itself.
         assert summary["records_offloaded"] + summary["records_run_locally_by_agent"] == routed
         assert summary["workers_started"] >= 1 and summary["cold_starts"] >= 1
+        # Per node, the workers' records: only the chains' nodes, and each worker's chunk entered its
+        # chain at the first node, so those add up to the records offloaded.
+        chains = offload_chains(get_query(query).plan(PARAMS))
+        per_node = summary["operators_offloaded"]
+        assert set(per_node) <= {n for c in chains for n in c.node_ids}, per_node
+        assert sum(per_node.get(c.node_ids[0], 0) for c in chains) == summary["records_offloaded"], per_node
         # The rows of chains that end at the sink went straight into it (core/direct_sink.py).
-        direct = any(c.to_sink for c in offload_chains(get_query(query).plan(PARAMS)))
+        direct = any(c.to_sink for c in chains)
         assert direct == (tmp_path / "out" / OFFLOADED_DIR).is_dir()
     if share == 1.0:
         assert summary["records_local"] == 0
