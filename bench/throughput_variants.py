@@ -118,7 +118,7 @@ def run_native(spark: Any, config: RunConfig) -> list[dict[str, Any]]:
         timeout_s=config.timeout_s,
         started=started,
         progress=lambda p: progress.append(_progress_dict(p)),
-        state_store=config.spark.memory.provider,  # the store ours runs on
+        memory=config.spark.memory,  # the store ours runs on
     )
     return progress
 

@@ -28,7 +28,7 @@ from core.rewrite import rewrite
 from core.spark.jvm_failure import JvmWatch
 from core.spark.offload_session import OFFLOAD_DIR, OffloadConfig, OffloadSession
 from core.spark.progress_feed import ProgressFeed
-from core.spark.session import SparkConfig, current_jvm, spark_session
+from core.spark.session import MemoryConfig, SparkConfig, current_jvm, spark_session
 from core.spark.streams import DEAD_LETTER_DIR, nexmark_sources
 
 CLOSING_PROGRESS_S = 30.0  # how long the closing epoch's progress may take to reach the feed
@@ -127,8 +127,6 @@ def _run_query(
     out.mkdir(parents=True)
     spark = spark_session(config.spark)
     register_file_source(spark)
-    for key, value in config.spark.memory.state_store_conf():  # this run's store; the JVM may be shared
-        spark.conf.set(key, value)
     started = time.time()
     n_sources = len([n for n in logical.nodes if isinstance(n.op, Source)])
     session = None
@@ -167,7 +165,7 @@ def _run_query(
             restarts_at=restarts_at,
             restarts_after_epochs=restart_epochs,
             on_restart=session.query_restarted if session is not None else None,
-            state_store=config.spark.memory.provider,
+            memory=config.spark.memory,
             watch=watch,
         )
     finally:
@@ -243,7 +241,7 @@ def stream_to_end(
     restarts_at: Sequence[float] = (),
     restarts_after_epochs: Sequence[int] = (),
     on_restart: Callable[[], None] | None = None,
-    state_store: str,
+    memory: MemoryConfig,
     watch: JvmWatch | None = None,
 ) -> list[dict]:
     """Stream `df` into Parquet under `out` until every source has delivered its punctuation and
@@ -251,13 +249,15 @@ def stream_to_end(
 
     At each of `restarts_at` (seconds after `started`), and once each of `restarts_after_epochs` has
     committed, the query is stopped and resumed from its checkpoint, as after a driver restart. Shared
-    by run_query and the benchmark's hand-written queries, so both end the same way. `state_store` is
-    the provider a new checkpoint is made with (a resumed one keeps its own). `watch` (default: one on
+    by run_query and the benchmark's hand-written queries, so both end the same way. `memory` gives the state
+    store a new checkpoint is made with (a resumed one keeps its own provider) and its settings, set on
+    the session here since its JVM may be shared by runs of other stores. `watch` (default: one on
     this process's JVM) turns the JVM's death into the error that says why (core/spark/jvm_failure.py)
     instead of a wait for progress that never comes.
     """
     watch = watch or JvmWatch()
-    df.sparkSession.conf.set("spark.sql.streaming.stateStore.providerClass", state_store)
+    for key, value in memory.state_store_conf():
+        df.sparkSession.conf.set(key, value)
 
     def start():
         return (
