@@ -7,14 +7,17 @@ stateless operators and stops
 * after the first window aggregate whose partial state the VM can merge (count, sum, min, max, avg,
   max_with_ties and latest_n on tumbling windows; count..avg on sliding ones): workers return
   partial states, and the VM's aggregate folds them in with its own records (kind "partial");
+* at a tumbling-window join whose only reader counts its pairs (Q8; core/fusions.py): workers count
+  their records of the join's side per window and key, and the VM's fused operator adds those counts
+  to its own before it multiplies the sides (kind "side_counts", merge/join_count.py);
 * before any other operator (a join, a top-k, a sink, a non-mergeable aggregate) or a fan-out:
   workers return the chain's output rows, which join the VM's rows of the same chain (kind "rows").
   A rows chain that feeds the sink alone (`to_sink`) needs nothing more from the VM: its rows go
   straight into the output (core/direct_sink.py).
 
-The joins of Q3 and Q8 and the close decisions of Q4 and Q6 (winner_at_close, latest_aggregate)
-keep their state on the VMs: only their stateless upstream work is offloaded. The chain's node ids
-name the transient program (lambda_worker/program.py).
+Q3's join and the close decisions of Q4 and Q6 (winner_at_close, latest_aggregate) keep their state
+on the VMs: only their stateless upstream work is offloaded. The chain's node ids name the transient
+program (lambda_worker/program.py).
 """
 
 from __future__ import annotations
@@ -23,10 +26,12 @@ from dataclasses import dataclass
 
 from core.aggregate_signatures import signature
 from core.expr import Col
+from core.fusions import join_counts
 from core.plan import WINDOW, Filter, FlatMap, KeyBy, LogicalPlan, Map, Sink, Source, WindowAggregate
 
 ROWS = "rows"
 PARTIAL = "partial"
+SIDE_COUNTS = "side_counts"
 _STATELESS = (Map, Filter, KeyBy, FlatMap)
 EVENT_TIME = "date_time"
 
@@ -36,7 +41,8 @@ class OffloadChain:
     """The transient chain fed by one source: `node_ids` in order, ending at `node_ids[-1]`.
 
     `event_time` is the chain output column that carries the source's event time unchanged (the
-    column the VM's watermark follows downstream), or None when the chain drops it.
+    column the VM's watermark follows downstream), or None when the chain drops it. `fused` names the
+    nodes whose work the last node does with its own (a counted join's key_by and count).
     """
 
     source_id: str
@@ -45,10 +51,16 @@ class OffloadChain:
     kind: str
     event_time: str | None
     to_sink: bool = False
+    fused: tuple[str, ...] = ()
 
     @property
     def last(self) -> str:
         return self.node_ids[-1]
+
+    @property
+    def partial_states(self) -> bool:
+        """Whether workers return partial states keyed by window start (not the chain's rows)."""
+        return self.kind in (PARTIAL, SIDE_COUNTS)
 
 
 def mergeable_aggregate(op: WindowAggregate) -> bool:
@@ -77,12 +89,18 @@ def chain_for(plan: LogicalPlan, source_id: str) -> OffloadChain | None:
     ids: list[str] = []
     kind = ROWS
     event_time: str | None = EVENT_TIME
+    fused: tuple[str, ...] = ()
     current = source_id
+    counted_joins = join_counts(plan)
     while True:
         outs = plan.out_edges(current)
         if len(outs) != 1:  # a fan-out: the chain ends here and both branches see the merged rows
             break
         nxt = outs[0].dst
+        if nxt in counted_joins:
+            ids.append(nxt)
+            kind, event_time, fused = SIDE_COUNTS, None, counted_joins[nxt]
+            break
         if len(plan.in_edges(nxt)) != 1:
             break
         op = plan.node(nxt).op
@@ -110,7 +128,7 @@ def chain_for(plan: LogicalPlan, source_id: str) -> OffloadChain | None:
         and isinstance(plan.node(outs[0].dst).op, Sink)
         and len(plan.in_edges(outs[0].dst)) == 1
     )
-    return OffloadChain(source_id, src.entity, tuple(ids), kind, event_time, to_sink)
+    return OffloadChain(source_id, src.entity, tuple(ids), kind, event_time, to_sink, fused)
 
 
 def offload_chains(plan: LogicalPlan) -> list[OffloadChain]:

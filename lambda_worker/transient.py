@@ -8,7 +8,10 @@ path and the VM path compute the same thing by construction; a final window aggr
 
 A chain may cross a shuffle edge into its final aggregate: the router (on a VM) decides which records
 a worker sees, the worker pre-aggregates whatever subset it gets, and the partial rows travel back
-by key to the merge operator, which is exactly why only mergeable aggregates end a chain.
+by key to the merge operator, which is exactly why only mergeable aggregates end a chain. A chain
+that reaches a join whose only reader counts its pairs ends there too: the worker counts its side's
+records per window and key (merge/join_count.py), and those counts stand for the join's and the
+count's work on them.
 """
 
 from __future__ import annotations
@@ -22,8 +25,10 @@ import pyarrow as pa
 from core.errors import PlanError
 from core.expr import Col
 from core.expr_polars import to_polars
-from core.plan import WINDOW, Filter, FlatMap, KeyBy, LogicalPlan, Map, Operator, WindowAggregate
+from core.fusions import join_counts
+from core.plan import WINDOW, Filter, FlatMap, KeyBy, LogicalPlan, Map, Operator, WindowAggregate, WindowJoin
 from merge.algebra import check_supported
+from merge.join_count import JoinSide
 from merge.partials import WINDOW_END, WINDOW_START, normalise_schema, partial_aggregate
 
 TRANSIENT_SUFFIX = "~to"
@@ -78,12 +83,40 @@ def _one_batch(table: pa.Table) -> pa.RecordBatch:
 
 
 @dataclass(frozen=True)
+class CountedJoin:
+    """A chain's end at one side of a join whose pairs only a count reads (core/fusions.py)."""
+
+    join: WindowJoin
+    count: WindowAggregate
+    side: int
+    fused: tuple[str, ...]  # the key_by and count nodes whose work the side's counts stand for
+
+    def side_of(self, columns: Sequence[str]) -> JoinSide:
+        return JoinSide.of(self.join, self.count, self.side, columns)
+
+
+def _counted_join(plan: LogicalPlan, join_id: str, before: str | None) -> CountedJoin:
+    """The side of join `join_id` that node `before` feeds, when a count alone reads the join."""
+    counted = join_counts(plan).get(join_id)
+    ports = [e.port for e in plan.in_edges(join_id) if e.src == before]
+    if counted is None or len(ports) != 1:
+        raise PlanError(
+            f"window_join {join_id!r} has no transient form here",
+            hint="a chain may end at one input of a tumbling-window join whose pairs only a count reads",
+        )
+    count = plan.node(counted[1]).op
+    assert isinstance(count, WindowAggregate)
+    return CountedJoin(plan.node(join_id).op, count, ports[0], counted)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
 class TransientProgram:
     """The transient form of a chain of operators: Arrow records in, rows or partial states out."""
 
     query: str
     node_ids: tuple[str, ...]
     ops: tuple[Operator, ...]
+    counted_join: CountedJoin | None = None
     _schemas: dict[pa.Schema, pa.Schema] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
@@ -91,12 +124,14 @@ class TransientProgram:
         """Compile the chain `node_ids` of `plan`, checking that it is a chain a worker can run.
 
         Each node after the first must have exactly one input, the node before it; only Map, Filter,
-        KeyBy and FlatMap may appear, and a WindowAggregate only as the last node.
+        KeyBy and FlatMap may appear, and as the last node a WindowAggregate or a join whose pairs
+        only a count reads.
         """
         if isinstance(node_ids, str) or not node_ids:
             raise PlanError("a transient program needs a non-empty list of node ids")
         ids = tuple(base_node_id(n) for n in node_ids)
         known = [n.id for n in plan.nodes]
+        counted_join: CountedJoin | None = None
         ops: list[Operator] = []
         for i, nid in enumerate(ids):
             if nid not in known:
@@ -105,19 +140,22 @@ class TransientProgram:
                 )
             op = plan.node(nid).op
             last = i == len(ids) - 1
+            if isinstance(op, (WindowAggregate, WindowJoin)) and not last:
+                raise PlanError(
+                    f"{op.kind} {nid!r} must end the transient chain",
+                    hint="its state goes back to the VM's merge operator; chain again after it",
+                )
             if isinstance(op, WindowAggregate):
-                if not last:
-                    raise PlanError(
-                        f"window aggregate {nid!r} must end the transient chain",
-                        hint="its partial state goes back to the VM's merge operator; chain again after it",
-                    )
                 check_supported(op)
+            elif isinstance(op, WindowJoin):
+                counted_join = _counted_join(plan, nid, ids[i - 1] if i else None)
             elif not isinstance(op, _STATELESS):
                 raise PlanError(
                     f"{op.kind} {nid!r} has no transient form yet",
-                    hint="transient chains hold map, filter, key_by, flat_map and a final window_aggregate",
+                    hint="transient chains hold map, filter, key_by, flat_map and a final window_aggregate "
+                    "or counted join",
                 )
-            if i > 0:
+            if i > 0 and counted_join is None:
                 ins = plan.in_edges(nid)
                 if len(ins) != 1 or ins[0].src != ids[i - 1]:
                     srcs = [e.src for e in ins]
@@ -126,7 +164,7 @@ class TransientProgram:
                         hint="list the node ids of one chain in order",
                     )
             ops.append(op)
-        return cls(plan.name, ids, tuple(ops))
+        return cls(plan.name, ids, tuple(ops), counted_join)
 
     @property
     def aggregate(self) -> WindowAggregate | None:
@@ -151,6 +189,10 @@ class TransientProgram:
                 needed |= set(op.keys)
             elif isinstance(op, Map):
                 return frozenset(needed.union(*(e.columns() for _, e in op.projections)))
+            elif isinstance(op, WindowJoin):
+                assert self.counted_join is not None
+                # The count's keys stand for the side's own columns, which are only known with data.
+                return frozenset(needed | self.counted_join.side_of(self.counted_join.count.keys).reads)
             elif isinstance(op, WindowAggregate):
                 needed |= set(op.keys)
                 if op.window is not None:
@@ -173,6 +215,13 @@ class TransientProgram:
                 counts[node_id] = counts.get(node_id, 0) + df.height
             if isinstance(op, WindowAggregate):
                 return partial_aggregate(op, df.to_arrow())
+            if isinstance(op, WindowJoin):
+                assert self.counted_join is not None
+                if counts is not None:
+                    for fused in self.counted_join.fused:
+                        counts[fused] = counts.get(fused, 0) + df.height
+                df = self.counted_join.side_of(df.columns).counts(df)
+                break
             df = _apply(op, df)
         table = df.to_arrow()
         return table.cast(normalise_schema(table.schema))

@@ -23,13 +23,14 @@ Why some lowerings look the way they do:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Sequence
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from core.errors import PlanError
-from core.offload_chains import PARTIAL, ROWS, OffloadChain
+from core.fusions import join_counts, keyed_pairs
+from core.offload_chains import PARTIAL, ROWS, SIDE_COUNTS, OffloadChain
 from core.plan import (
     WINDOW,
     AggCall,
@@ -243,24 +244,11 @@ def apply_operator(op: Operator, inputs: list[DataFrame], sources: SourceFactory
 # ---- whole plans -------------------------------------------------------------------------------
 
 
-def _keyed_pairs(plan: LogicalPlan) -> Iterator[tuple[str, Operator, KeyBy, str, Operator]]:
-    """(producer id, producer, key_by, consumer id, consumer) for each producer whose only reader is
-    a key_by whose only reader is the consumer: the shape both fusions look for."""
-    for node in plan.nodes:
-        outs = plan.out_edges(node.id)
-        if len(outs) != 1:
-            continue
-        key = plan.node(outs[0].dst)
-        nxt = plan.out_edges(key.id)
-        if isinstance(key.op, KeyBy) and len(nxt) == 1:
-            yield node.id, node.op, key.op, nxt[0].dst, plan.node(nxt[0].dst).op
-
-
 def _fusions(plan: LogicalPlan) -> dict[str, str]:
     """Sliding aggregate -> the top-k it alone feeds through one key_by: pairs sliding_top_k runs."""
     return {
         agg_id: top_id
-        for agg_id, agg, key, top_id, top in _keyed_pairs(plan)
+        for agg_id, agg, key, top_id, top in keyed_pairs(plan)
         if isinstance(agg, WindowAggregate)
         and isinstance(top, TopK)
         and key.keys == top.partition_by
@@ -268,22 +256,10 @@ def _fusions(plan: LogicalPlan) -> dict[str, str]:
     }
 
 
-def _join_counts(plan: LogicalPlan) -> dict[str, str]:
-    """Windowed join -> the count it alone feeds through one key_by: pairs window_join_count runs."""
-    return {
-        join_id: agg_id
-        for join_id, join, key, agg_id, agg in _keyed_pairs(plan)
-        if isinstance(join, WindowJoin)
-        and isinstance(agg, WindowAggregate)
-        and key.keys == agg.keys
-        and window_join_count.fusable(join, agg)
-    }
-
-
 def needs_rocksdb(plan: LogicalPlan) -> bool:
     """Whether a query of `plan` runs an operator on transformWithState, which only the RocksDB store
     serves: the fused pairs, the record-keeping aggregates and the operators that decide at a close."""
-    return bool(_fusions(plan) or _join_counts(plan)) or any(
+    return bool(_fusions(plan) or join_counts(plan)) or any(
         (isinstance(n.op, WindowAggregate) and window_fold.keeps_records(n.op))
         or isinstance(n.op, TWS_OPERATORS)
         for n in plan.nodes
@@ -296,23 +272,31 @@ def state_store_for(plan: LogicalPlan) -> str:
 
 
 class _Fusion:
-    """Where lowering departs from one operator at a time: the pairs of `_fusions` and `_join_counts`."""
+    """Where lowering departs from one operator at a time: the pairs of `_fusions` and `join_counts`."""
 
     def __init__(self, plan: LogicalPlan) -> None:
         pairs = _fusions(plan)
         self.aggregates = set(pairs)
         self.tops = {top: plan.node(agg).op for agg, top in pairs.items()}
-        joins = _join_counts(plan)
-        self.joins = {join: plan.node(agg).op for join, agg in joins.items()}
-        self.counted = set(joins.values())  # their aggregates: the join's frame is already their output
+        joins = join_counts(plan)
+        self.joins = {join: plan.node(agg).op for join, (_, agg) in joins.items()}
+        self.counted = {agg for _, agg in joins.values()}  # the join's frame is already their output
 
-    def lower(self, node_id: str, op: Operator, ins: list[DataFrame], sources: SourceFactory) -> DataFrame:
+    def lower(
+        self,
+        node_id: str,
+        op: Operator,
+        ins: list[DataFrame],
+        sources: SourceFactory,
+        workers: Sequence[DataFrame] = (),
+    ) -> DataFrame:
+        """`op` over `ins`; a fused join also counts the `workers`' side counts."""
         if node_id in self.joins:
             assert isinstance(op, WindowJoin)
             agg = self.joins[node_id]
             assert isinstance(agg, WindowAggregate)
             agg_like = _aggregate(_join(ins[0], ins[1], op), agg)
-            return window_join_count.join_count(ins[0], ins[1], op, agg, agg_like)
+            return window_join_count.join_count(ins[0], ins[1], op, agg, agg_like, workers)
         if node_id in self.counted:
             return ins[0]
         if node_id in self.aggregates:
@@ -340,7 +324,8 @@ def lower_rewritten(
 
     With `chains`, each chain's sources are the VM share of a routed read, and `offloaded(chain)` is
     the stream of what the workers returned for the other share: the chain's last node merges the
-    two (a union of rows, or an aggregate over both in partial form). Without, routers and merges
+    two (a union of rows, an aggregate over both in partial form, or a fused join count over the
+    VM's rows and the workers' side counts). Without, routers and merges
     are inactive and lower to the identity.
     """
     frames: dict[str, DataFrame] = {}
@@ -348,7 +333,9 @@ def lower_rewritten(
     vm_nodes = {n.id: n for n in plan.nodes if n.placement == Placement.VM}
     order = [n.id for n in plan.logical.topological_order()]
     pending = [nid for nid in vm_nodes if nid not in order]
-    ends = {c.last: c for c in chains}
+    ends: dict[str, list[OffloadChain]] = {}
+    for c in chains:
+        ends.setdefault(c.last, []).append(c)
     fusion = _Fusion(plan.logical)
     if chains and offloaded is None:
         raise PlanError("offload chains given without the stream of the workers' results")
@@ -361,15 +348,18 @@ def lower_rewritten(
         ins = [frame(e.src) for e in plan.in_edges(node_id) if e.src in vm_nodes]
         if node.kind == Kind.ORIGINAL:
             op = plan.logical.node(node_id).op
-            chain = ends.get(node_id)
-            if chain is not None and chain.kind == PARTIAL:
-                assert isinstance(op, WindowAggregate) and offloaded is not None
-                df = merge_aggregate(ins[0], offloaded(chain), op, partials_only=node_id in fusion.aggregates)
+            ending = ends.get(node_id, [])
+            results = {c: offloaded(c) for c in ending} if offloaded is not None else {}
+            partials = [results[c] for c in ending if c.kind == PARTIAL]
+            if partials:
+                assert isinstance(op, WindowAggregate) and len(ending) == 1
+                df = merge_aggregate(ins[0], partials[0], op, partials_only=node_id in fusion.aggregates)
             else:
-                df = fusion.lower(node_id, op, ins, sources)
-            if chain is not None and chain.kind == ROWS:
-                assert offloaded is not None
-                df = df.unionByName(partial_form.align(offloaded(chain), df))
+                side_counts = [results[c] for c in ending if c.kind == SIDE_COUNTS]
+                df = fusion.lower(node_id, op, ins, sources, side_counts)
+            for chain in ending:
+                if chain.kind == ROWS:
+                    df = df.unionByName(partial_form.align(results[chain], df))
             if isinstance(op, Sink):
                 sinks[op.name] = df
         else:  # a router or merge proxy: the routed read and the merges above do their work

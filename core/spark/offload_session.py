@@ -244,7 +244,7 @@ class OffloadSession:
             spec = ProgramSpec(
                 self.query, chain.node_ids, self.params.window_size_s, self.params.window_slide_s
             )
-            time_column = "window_start" if chain.kind == PARTIAL else chain.event_time
+            time_column = "window_start" if chain.partial_states else chain.event_time
             options: Mapping[str, str] = {
                 "route": "offload",
                 "program": spec.dumps(),

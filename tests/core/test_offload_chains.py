@@ -5,7 +5,7 @@ from __future__ import annotations
 from core.expr import col
 from core.nexmark.params import QueryParams
 from core.nexmark.queries import entity_columns, get_query
-from core.offload_chains import PARTIAL, ROWS, chain_for, offload_chains
+from core.offload_chains import PARTIAL, ROWS, SIDE_COUNTS, chain_for, offload_chains
 from core.plan import WindowSpec
 from core.query import QueryBuilder, agg
 
@@ -26,7 +26,7 @@ def test_only_rows_chains_that_feed_the_sink_alone_write_to_it() -> None:
 
     assert to_sink("q1") == [True] and to_sink("q2") == [True]
     assert to_sink("q5") == [False]  # partial states: the VM merges them
-    assert to_sink("q8") == [False, False]  # rows that feed a join
+    assert to_sink("q8") == [False, False]  # side counts: the VM multiplies them
 
 
 def test_mergeable_aggregates_end_a_partial_chain() -> None:
@@ -34,13 +34,39 @@ def test_mergeable_aggregates_end_a_partial_chain() -> None:
     assert _chains("q7") == [("bid", ("key_by1", "window_aggregate2"), PARTIAL, "date_time")]
 
 
-def test_joins_keep_their_state_on_the_vms_and_offload_what_feeds_them() -> None:
+def test_a_join_that_only_a_count_reads_ends_both_sides_chains_in_side_counts() -> None:
     assert _chains("q8") == [
-        ("person", ("map1", "key_by2"), ROWS, "date_time"),
-        ("auction", ("map4", "key_by5"), ROWS, "a_date_time"),  # renamed event time is followed
+        ("person", ("map1", "key_by2", "window_join6"), SIDE_COUNTS, None),
+        ("auction", ("map4", "key_by5", "window_join6"), SIDE_COUNTS, None),
     ]
+    (chain, _) = offload_chains(get_query("q8").plan(QueryParams()))
+    assert chain.fused == ("key_by7", "window_aggregate8") and chain.partial_states
+
+
+def test_other_joins_keep_their_state_on_the_vms_and_offload_what_feeds_them() -> None:
     assert [c[2] for c in _chains("q3")] == [ROWS, ROWS]
+    assert [c[3] for c in _chains("q3")] == [None, None]  # q3's maps drop the event time
     assert [c[1] for c in _chains("q4")] == [("map1", "key_by2"), ("map4", "key_by5")]
+    assert [c[3] for c in _chains("q4")] == ["a_date_time", "b_date_time"]  # renamed event time is followed
+
+
+def test_a_join_with_a_condition_is_not_counted_from_sides() -> None:
+    q = QueryBuilder("t")
+    people = (
+        q.source("person", entity_columns("person"))
+        .map(id=col("id"), date_time=col("date_time"))
+        .key_by("id")
+    )
+    sellers = (
+        q.source("auction", entity_columns("auction"))
+        .map(seller=col("seller"), a_date_time=col("date_time"), reserve=col("reserve"))
+        .key_by("seller")
+    )
+    joined = people.join(
+        sellers, window=WindowSpec(10, 10), right_on="a_date_time", condition=col("reserve") > 0
+    )
+    joined.key_by("window", "id").window_aggregate(None, n=agg("count")).sink()
+    assert [c.node_ids[-1] for c in offload_chains(q.build())] == ["key_by2", "key_by5"]
 
 
 def test_a_sliding_window_of_records_is_not_merged_from_partials() -> None:

@@ -201,6 +201,36 @@ def test_the_records_into_each_node_are_counted_under_its_logical_id() -> None:
     assert set(q5_counts) == {"map1", "key_by2", "window_aggregate3"}  # the ids `sponge compile` prints
 
 
+def test_q8_sides_are_counted_per_window_and_key_for_the_join_and_its_count() -> None:
+    """Each side's records counted per (window start, join key under the left name, own group column)."""
+    plan = get_query("q8").plan(QueryParams(window_size_s=10, window_slide_s=10))
+    records = {
+        e: generate(GeneratorConfig(seed=3, events=20_000), e, 0, 20_000) for e in ("person", "auction")
+    }
+    for chain, key, columns in zip(offload_chains(plan), ("id", "seller"), (("name",), ()), strict=True):
+        counts: dict[str, int] = {}
+        data = records[chain.entity]
+        out = TransientProgram.from_plan(plan, chain.node_ids).run_table(data, counts)
+        side = 0 if chain.entity == "person" else 1
+        want: Counter[tuple] = Counter(
+            (r["date_time"] // (10 * S) * (10 * S), r[key], *(r[c] for c in columns))
+            for r in data.select(["date_time", key, *columns])
+            .cast(
+                pa.schema(
+                    [pa.field("date_time", pa.int64()), *(data.schema.field(n) for n in (key, *columns))]
+                )
+            )
+            .to_pylist()
+        )
+        got = {
+            (r["window_start"], r["id"], *(r[c] for c in columns)): r["sponge_n"]
+            for r in out.cast(out.schema.set(1, pa.field("window_start", pa.int64()))).to_pylist()
+        }
+        assert set(out["sponge_side"].to_pylist()) == {side}
+        assert got == dict(want), chain.entity
+        assert counts == {n: data.num_rows for n in (*chain.node_ids, *chain.fused)}
+
+
 def test_chain_validation_names_the_problem() -> None:
     plan = get_query("q5").plan()
     with pytest.raises(PlanError, match="not in plan"):
@@ -213,6 +243,14 @@ def test_chain_validation_names_the_problem() -> None:
         TransientProgram.from_plan(plan, ["top_k5"])
     with pytest.raises(PlanError, match="non-empty"):
         TransientProgram.from_plan(plan, [])
+    q8 = get_query("q8").plan()
+    with pytest.raises(PlanError, match="must end"):
+        TransientProgram.from_plan(q8, ["key_by2", "window_join6", "key_by7"])
+    with pytest.raises(PlanError, match="no transient form here"):
+        TransientProgram.from_plan(q8, ["window_join6"])  # which side?
+    q3 = get_query("q3").plan()
+    with pytest.raises(PlanError, match="no transient form here"):
+        TransientProgram.from_plan(q3, ["key_by3", "window_join8"])  # a join whose pairs are its output
     with pytest.raises(PlanError, match="sliding"):
         q = QueryBuilder("t")
         q.source("x", COLUMNS).key_by().window_aggregate(

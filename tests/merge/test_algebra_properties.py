@@ -23,11 +23,11 @@ from hypothesis import strategies as st
 
 from core.arrow_types import TIMESTAMP
 from core.expr import col
-from core.plan import AggCall, WindowAggregate, WindowSpec
+from core.plan import AggCall, WindowAggregate, WindowJoin, WindowSpec
 from merge.algebra import KINDS
+from merge.join_count import JoinCount, JoinSide
 from merge.partials import finalize, merge_partials, partial_aggregate
 from merge.spark.sliding_top_k import SlidingTopK, fold_to_panes
-from merge.spark.window_join_count import JoinCount
 from tests.merge.reference_semantics import brute_force
 
 pytestmark = pytest.mark.timeout(120)
@@ -274,3 +274,64 @@ def test_join_count_of_folded_parts_equals_the_brute_force_pair_count(
             if side == 0 and other_side == 1 and key is not None and key == other_key:
                 want[(key, name, cat)] += 1
     assert counted == dict(want)
+
+
+def _side_records(rows: list[tuple[int, int | None, str, int]], side: int) -> pl.DataFrame:
+    """A side's records as a chain hands them to the join: its key, grouping column and event time."""
+    mine = [r for r in rows if r[0] == side]
+    key, column, on = ("id", "name", "date_time") if side == 0 else ("seller", "cat", "a_date_time")
+    return pl.DataFrame(
+        {
+            key: [r[1] for r in mine],
+            column: [r[2] for r in mine],
+            on: [r[3] * 4_000_000 for r in mine],  # parts 0-2 in the first 10 s window, 3 in the next
+        },
+        schema={key: pl.Int64, column: pl.Utf8, on: pl.Datetime("us", "UTC")},
+    )
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=side_rows, on_workers=st.lists(st.booleans(), min_size=4, max_size=4))
+def test_join_count_of_workers_side_counts_and_vm_rows_equals_the_brute_force(
+    rows: list[tuple[int, int | None, str, int]], on_workers: list[bool]
+) -> None:
+    """Parts counted by workers (JoinSide.counts, per chunk and side) and parts the VM sends as rows
+    standing for one each: the operator's pairs per window are the brute-force pair counts."""
+    join = WindowJoin(("id",), ("seller",), WindowSpec(10, 10), right_window_on="a_date_time")
+    count = WindowAggregate(("window", "id", "name", "cat"), None, (AggCall("pairs", "count"),))
+    sides = (
+        JoinSide.of(join, count, 0, ("id", "name", "date_time")),
+        JoinSide.of(join, count, 1, ("seller", "cat", "a_date_time")),
+    )
+    spec = JoinCount.of(*sides, count)
+    inputs = []
+    for part, by_worker in enumerate(on_workers):
+        rows_of_part = [r for r in rows if r[3] == part]
+        for side in sides:
+            records = _side_records(rows_of_part, side.side)
+            if by_worker:
+                counted = side.counts(records)
+                counted = counted.with_columns(
+                    pl.col("window_start").dt.epoch("us").alias("sponge_window_us")
+                )
+            else:
+                counted = records.select(
+                    pl.lit(side.side, pl.Int32).alias("sponge_side"),
+                    (pl.col(side.on).dt.epoch("us") // 10_000_000 * 10_000_000).alias("sponge_window_us"),
+                    pl.col(side.keys[0]).alias("id"),
+                    pl.col(side.columns[0]),
+                    pl.lit(1, pl.Int64).alias("sponge_n"),
+                )
+            inputs.append(counted)
+    both = pl.concat(inputs, how="diagonal_relaxed").select(spec.columns)
+    counted_pairs = {}
+    for (start_us,), window in both.partition_by("sponge_window_us", as_dict=True).items():
+        for r in spec.pairs(spec.fold(window), start_us // 1000).to_dicts():
+            counted_pairs[(r["window_start"].timestamp(), r["id"], r["name"], r["cat"])] = r["pairs"]
+    want: dict[tuple, int] = defaultdict(int)
+    for side, key, name, part in rows:
+        for other_side, other_key, cat, other_part in rows:
+            same_window = (part == 3) == (other_part == 3)
+            if side == 0 and other_side == 1 and key is not None and key == other_key and same_window:
+                want[(10.0 if part == 3 else 0.0, key, name, cat)] += 1
+    assert counted_pairs == dict(want)

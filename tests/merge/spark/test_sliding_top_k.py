@@ -12,10 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core.expr import col
+from core.fusions import join_counts
 from core.nexmark.params import QueryParams
 from core.nexmark.queries import QUERIES
 from core.plan import AggCall, TopK, WindowAggregate, WindowSpec
-from core.spark.lower import _fusions, _join_counts, state_store_for
+from core.spark.lower import _fusions, state_store_for
 from core.spark.session import HDFS_STATE_STORE, ROCKSDB_STATE_STORE
 from merge.spark.sliding_top_k import PaneProcessor, SlidingTopK, fusable
 from tests.merge.spark.state_fakes import FakeHandle, run_epochs
@@ -136,7 +137,7 @@ def test_queries_on_transform_with_state_take_the_rocksdb_store_while_the_others
     for name, info in QUERIES.items():
         plan = info.plan(params)
         assert bool(_fusions(plan)) == (name == "q5"), name
-        assert bool(_join_counts(plan)) == (name == "q8"), name
+        assert bool(join_counts(plan)) == (name == "q8"), name
         on_tws = name in ("q4", "q5", "q6", "q7", "q8")  # fused, deciding at a close, keeping records
         assert state_store_for(plan) == (ROCKSDB_STATE_STORE if on_tws else HDFS_STATE_STORE), name
 

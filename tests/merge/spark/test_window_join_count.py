@@ -6,13 +6,11 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 
 import pandas as pd
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.expr import col
-from core.plan import WINDOW, AggCall, WindowAggregate, WindowJoin, WindowSpec
-from merge.spark.window_join_count import JoinCount, JoinCountProcessor, fusable
+from merge.join_count import JoinCount
+from merge.spark.window_join_count import JoinCountProcessor
 from tests.merge.spark.state_fakes import FakeHandle, run_epochs
 
 S = 1000  # ms
@@ -112,21 +110,3 @@ def test_rows_of_a_counted_window_are_late_and_dropped() -> None:
     ]
     out = pd.concat(run_epochs(processor, handle, epochs))
     assert out[["id", "name", "auctions"]].values.tolist() == [[7, "n1", 1]]
-
-
-@pytest.mark.parametrize(
-    ("window", "condition", "keys", "fn", "expected"),
-    [
-        (WindowSpec(10, 10), None, (WINDOW, "id", "name"), "count", True),
-        (WindowSpec(10, 2), None, (WINDOW, "id", "name"), "count", False),  # sliding: rows in many windows
-        (WindowSpec(10, 10), col("price") > 1, (WINDOW, "id", "name"), "count", False),
-        (WindowSpec(10, 10), None, ("id", "name"), "count", False),  # the count must stay per window
-        (WindowSpec(10, 10), None, (WINDOW, "id", "name"), "max", False),
-    ],
-)
-def test_fusable(
-    window: WindowSpec, condition: object, keys: tuple[str, ...], fn: str, expected: bool
-) -> None:
-    join = WindowJoin(("id",), ("seller",), window, "a_date_time", condition)  # type: ignore[arg-type]
-    agg = WindowAggregate(keys, None, (AggCall("auctions", fn, col("price") if fn != "count" else None),))
-    assert fusable(join, agg) is expected
