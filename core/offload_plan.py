@@ -7,23 +7,17 @@ transient operators, never both, never neither. That only holds if routing is a 
 (plan, key, record id) that gives the same answer in every process, on every run and on every
 machine, so nothing here may use Python's salted `hash()`, a random generator or iteration order.
 
-The hash functions are specified precisely (so a JVM-side router could reproduce them) and written
-out over numpy arrays rather than taken from hashlib or xxhash, which neither vectorise nor promise
-this exact definition:
+Two functions decide, and the module says exactly what they are:
 
-* ``splitmix64(x)``: ``z = x + 0x9E3779B97F4A7C15``, then the splitmix64 finaliser
-  ``z ^= z >> 30; z *= 0xBF58476D1CE4E5B9; z ^= z >> 27; z *= 0x94D049BB133111EB; z ^= z >> 31``,
-  all modulo 2**64.
-* an integer key k (any integer or timestamp type, as int64 two's complement): ``splitmix64(k ^ KEY_SALT)``;
-* a string key: FNV-1a 64 over its UTF-8 bytes, then ``splitmix64(fnv ^ KEY_SALT)``;
-* a null key: ``splitmix64(NULL_KEY ^ KEY_SALT)``;
-* a composite key (a struct array or a table of key columns): fold the column hashes with
-  ``h = splitmix64(h ^ (column_hash + GOLDEN + (h << 6) + (h >> 2)))`` starting from ``h = KEY_SALT``;
-* key group = ``hash % KEY_GROUPS``;
-* record unit = ``(splitmix64(record_id ^ RECORD_SALT) >> 11) / 2**53`` in [0, 1); the record is in
-  the record share when its unit is below ``share``.
+* key group = Spark's ``pmod(xxhash64(key columns), KEY_GROUPS)`` (core/xxhash64.py), so the VM's
+  Spark operators compute the same group for a key as the router does in the source read;
+* record unit = ``(splitmix64(record_id ^ RECORD_SALT) >> 11) / 2**53`` in [0, 1), where
+  ``splitmix64(x)`` is ``z = x + 0x9E3779B97F4A7C15``, then ``z ^= z >> 30; z *= 0xBF58476D1CE4E5B9;
+  z ^= z >> 27; z *= 0x94D049BB133111EB; z ^= z >> 31``, all modulo 2**64; the record is in the
+  record share when its unit is below ``share``.
 
-Key groups and the record share use different salts, so the two choices are independent.
+They are different functions, so which key groups a plan offloads and which records its share takes
+are independent.
 """
 
 from __future__ import annotations
@@ -36,9 +30,9 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from core.errors import ConfigError
+from core.xxhash64 import xxhash64
 
 DEFAULT_OFFLOAD_COST = 0.25  # VM work of an offloaded record, in kept records, when not measured (ADR 0008)
 
@@ -52,11 +46,7 @@ _MASK64 = (1 << 64) - 1
 GOLDEN = 0x9E3779B97F4A7C15
 _MUL1 = 0xBF58476D1CE4E5B9
 _MUL2 = 0x94D049BB133111EB
-KEY_SALT = 0x243F6A8885A308D3  # pi's fractional bits: a fixed, documented constant
 RECORD_SALT = 0x13198A2E03707344
-NULL_KEY = 0x6A09E667F3BCC909
-FNV_OFFSET = 0xCBF29CE484222325
-FNV_PRIME = 0x100000001B3
 
 _U64 = np.uint64
 
@@ -199,92 +189,28 @@ def splitmix64_int(x: int) -> int:
     return z ^ (z >> 31)
 
 
-def fnv1a64_int(data: bytes) -> int:
-    h = FNV_OFFSET
-    for b in data:
-        h = ((h ^ b) * FNV_PRIME) & _MASK64
-    return h
-
-
-def _fnv1a64_strings(arr: pa.Array) -> np.ndarray:
-    """FNV-1a 64 of every string of a (large_)string array, vectorised over rows.
-
-    Rows are visited in order of decreasing length so that step j touches only the strings longer
-    than j: the whole pass costs O(total bytes), not O(rows * longest string).
-    """
-    arr = arr.cast(pa.large_string()) if not pa.types.is_large_string(arr.type) else arr
-    n = len(arr)
-    offsets = np.frombuffer(arr.buffers()[1], dtype=np.int64, count=n + 1 + arr.offset)[arr.offset :]
-    data_buf = arr.buffers()[2]
-    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.empty(0, np.uint8)
-    starts = offsets[:-1]
-    lengths = offsets[1:] - starts
-    order = np.argsort(-lengths, kind="stable")
-    sorted_len = lengths[order]
-    sorted_start = starts[order]
-    h = np.full(n, FNV_OFFSET, dtype=_U64)
-    max_len = int(sorted_len[0]) if n else 0
-    # active[j] = number of strings longer than j (a prefix of `order`).
-    active_counts = np.searchsorted(-sorted_len, -np.arange(max_len), side="left")
-    for j in range(max_len):
-        k = int(active_counts[j])
-        h[:k] ^= data[sorted_start[:k] + j].astype(_U64)
-        h[:k] *= _U64(FNV_PRIME)
-    out = np.empty(n, dtype=_U64)
-    out[order] = h
-    return out
-
-
-def _column_hash(arr: pa.Array) -> np.ndarray:
-    """Hash of one key column (before the key salt), nulls mapped to NULL_KEY."""
-    t = arr.type
-    if pa.types.is_dictionary(t):
-        arr = arr.cast(t.value_type)
-        t = arr.type
-    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
-        raw = _fnv1a64_strings(arr.cast(pa.large_string()))
-    elif pa.types.is_integer(t) or pa.types.is_timestamp(t) or pa.types.is_date(t) or pa.types.is_boolean(t):
-        ints = arr.cast(pa.int64()) if not pa.types.is_timestamp(t) else arr.view(pa.int64())
-        raw = ints.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64).view(_U64)
-    else:
-        raise ConfigError(
-            f"cannot route by a key of type {t}", hint="route by integer, timestamp or string key columns"
-        )
-    if arr.null_count:
-        raw = np.where(pc.is_null(arr).to_numpy(zero_copy_only=False), _U64(NULL_KEY), raw)
-    return raw
-
-
 def key_hash(keys: pa.Array | pa.ChunkedArray | pa.Table | np.ndarray) -> np.ndarray:
-    """Stable 64-bit hash of every key (uint64 array); see the module doc for the exact function."""
+    """Spark's xxhash64 of every key (uint64): one column, a struct of columns, or a table of them."""
     if isinstance(keys, np.ndarray):
         if keys.dtype.kind not in "iub":
             raise ConfigError(
                 f"numpy keys must be integers, got dtype {keys.dtype}", hint="pass strings as a pyarrow array"
             )
-        return splitmix64(keys.astype(np.int64).view(_U64) ^ _U64(KEY_SALT))
+        keys = pa.array(keys.astype(np.int64))
     if isinstance(keys, pa.ChunkedArray):
         keys = keys.combine_chunks()
-    columns: list[pa.Array]
     if isinstance(keys, pa.Table):
-        columns = [c.combine_chunks() for c in keys.columns]
-    elif isinstance(keys, pa.StructArray):
-        columns = [keys.field(i) for i in range(keys.type.num_fields)]
-    elif isinstance(keys, pa.Array):
-        return splitmix64(_column_hash(keys) ^ _U64(KEY_SALT))
-    else:
-        raise ConfigError(f"keys must be a pyarrow array, table or numpy array, got {type(keys).__name__}")
-    if not columns:
-        raise ConfigError("a composite key needs at least one column")
-    h = np.full(len(columns[0]), KEY_SALT, dtype=_U64)
-    for c in columns:
-        ch = _column_hash(c)
-        h = splitmix64(h ^ (ch + _U64(GOLDEN) + (h << _U64(6)) + (h >> _U64(2))))
-    return h
+        return xxhash64([c.combine_chunks() for c in keys.columns])
+    if isinstance(keys, pa.StructArray):
+        return xxhash64([keys.field(i) for i in range(keys.type.num_fields)])
+    if isinstance(keys, pa.Array):
+        return xxhash64([keys])
+    raise ConfigError(f"keys must be a pyarrow array, table or numpy array, got {type(keys).__name__}")
 
 
 def key_groups_of(keys: pa.Array | pa.ChunkedArray | pa.Table | np.ndarray) -> np.ndarray:
-    """Key group in [0, KEY_GROUPS) of every key (int16), e.g. for key histograms in the policy."""
+    """Key group in [0, KEY_GROUPS) of every key (int16): Spark's pmod(xxhash64(keys), KEY_GROUPS),
+    which for a power of two is the hash's low bits."""
     return (key_hash(keys) % _U64(KEY_GROUPS)).astype(np.int16)
 
 

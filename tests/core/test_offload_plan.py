@@ -15,17 +15,15 @@ from hypothesis import strategies as st
 from core.errors import ConfigError
 from core.offload_plan import (
     KEY_GROUPS,
-    KEY_SALT,
-    NULL_KEY,
     RECORD_SALT,
     OffloadPlan,
-    fnv1a64_int,
     key_groups_of,
     key_hash,
     offloaded_mask,
     record_units,
     splitmix64_int,
 )
+from core.xxhash64 import SEED, xxh64_int
 
 plans = st.builds(
     OffloadPlan,
@@ -171,7 +169,8 @@ def test_integer_and_timestamp_keys_agree_with_numpy_keys() -> None:
     expected = key_hash(np.array(values, dtype=np.int64))
     assert np.array_equal(key_hash(pa.array(values, pa.int64())), expected)
     assert np.array_equal(key_hash(pa.array(values, pa.timestamp("us", tz="UTC"))), expected)
-    assert np.array_equal(key_hash(pa.array([7], pa.int32())), expected[2:3])
+    # An int hashes its 4 bytes, as Spark's hashInt does: the same value as a long is another key.
+    assert key_hash(pa.array([7], pa.int32())).tolist() == [xxh64_int((7).to_bytes(4, "little"), SEED)]
 
 
 def test_unsupported_inputs_fail_clearly() -> None:
@@ -191,13 +190,12 @@ def test_unsupported_inputs_fail_clearly() -> None:
 
 
 def _spec_key_hash(value: int | str | None) -> int:
+    """Spark's xxhash64 of one value, from XXH64's plain definition (a null keeps the seed)."""
     if value is None:
-        raw = NULL_KEY
-    elif isinstance(value, str):
-        raw = fnv1a64_int(value.encode())
-    else:
-        raw = value & ((1 << 64) - 1)
-    return splitmix64_int(raw ^ KEY_SALT)
+        return SEED
+    if isinstance(value, str):
+        return xxh64_int(value.encode(), SEED)
+    return xxh64_int(value.to_bytes(8, "little", signed=True), SEED)
 
 
 @given(st.lists(st.one_of(st.integers(-(2**63), 2**63 - 1)), max_size=50))
@@ -245,12 +243,31 @@ def test_hashes_are_identical_in_a_fresh_interpreter_with_another_hash_seed() ->
     assert json.loads(outs.pop()) == here
 
 
+def test_xxh64_matches_its_published_test_vectors() -> None:
+    assert xxh64_int(b"", 0) == 0xEF46DB3751D8E999
+    assert xxh64_int(b"a", 0) == 0xD24EC4F1A98C6E5B
+    assert xxh64_int(b"abc", 0) == 0x44BC2CF5AD770999
+
+
+@given(st.lists(st.tuples(st.integers(-(2**63), 2**63 - 1), st.one_of(st.none(), st.text(max_size=40)))))
+def test_a_composite_key_chains_each_columns_hash_as_the_next_seed(
+    rows: list[tuple[int, str | None]],
+) -> None:
+    table = pa.table(
+        {"a": pa.array([r[0] for r in rows], pa.int64()), "b": pa.array([r[1] for r in rows], pa.string())}
+    )
+    want = []
+    for a, b in rows:
+        h = xxh64_int(a.to_bytes(8, "little", signed=True), SEED)
+        want.append(h if b is None else xxh64_int(b.encode(), h))
+    assert key_hash(table).tolist() == want
+
+
 def test_known_answers_pin_the_hash_across_versions() -> None:
     """Changing the hash silently would re-route replayed epochs: these values must never change."""
     assert splitmix64_int(0) == 0xE220A8397B1DCDAF
-    assert fnv1a64_int(b"a") == 0xAF63DC4C8601EC8C
-    assert key_groups_of(np.array([0, 1, 42, -1], np.int64)).tolist() == [33, 32, 5, 19]
-    assert key_groups_of(pa.array(["abc", "person-1000"])).tolist() == [100, 85]
+    assert key_groups_of(np.array([0, 1, 42, -1], np.int64)).tolist() == [108, 50, 94, 82]
+    assert key_groups_of(pa.array(["abc", "person-1000"])).tolist() == [102, 61]
     assert record_units(np.array([0, 1, 42])).tolist() == [
         0.23323492084809794,
         0.39928102316741754,
