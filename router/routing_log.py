@@ -8,9 +8,14 @@ already covers those offsets, and appends the current plan only for offsets nobo
 (at the high-water mark). Two readers of one stream (the VM share and the offloaded share, separate
 processes) therefore agree on every record, and so does any replay.
 
+One log per query, not per source: the offsets are one event index that every entity's stream
+shares, and a plan that offloads key groups must send an auction (offset 100) and its bids (offset
+105) to the same side. With one high-water mark, every offset has one plan, whichever stream reads
+it first.
+
 Layout under the offload directory (beside the query's checkpoint, so it lives as long as it):
-`plan.json` (the current plan), `routing-<stream>.jsonl` (lines {"from": offset, "plan": {...}}),
-`routing-<stream>.hwm` (the high-water mark) and `routing-<stream>.lock`.
+`plan.json` (the current plan), `routing.jsonl` (lines {"from": offset, "plan": {...}}),
+`routing.hwm` (the high-water mark) and `routing.lock`.
 
 Crashes. A writer (under the lock) appends a line, flushes it to disk, and only then moves the
 high-water mark (an atomic replace). The mark is therefore the commit point: an offset below it has
@@ -114,20 +119,17 @@ class _Contents:
 
 
 class RoutingLog:
-    """The log of one stream (one source entity of one query run)."""
+    """The log of one query run: every routed stream of it plans its offsets here."""
 
-    def __init__(self, directory: Path, stream: str) -> None:
+    def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self.stream = stream
         directory.mkdir(parents=True, exist_ok=True)
-        self._log = directory / f"routing-{stream}.jsonl"
-        self._hwm = directory / f"routing-{stream}.hwm"
-        self._lock = directory / f"routing-{stream}.lock"
+        self._log = directory / "routing.jsonl"
+        self._hwm = directory / "routing.hwm"
+        self._lock = directory / "routing.lock"
 
-    @staticmethod
-    def streams(directory: Path) -> list[str]:
-        """The streams with a routing log under `directory`."""
-        return sorted(p.name[len("routing-") : -len(".jsonl")] for p in directory.glob("routing-*.jsonl"))
+    def exists(self) -> bool:
+        return self._log.exists()
 
     @contextmanager
     def _locked(self) -> Iterator[None]:

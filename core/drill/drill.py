@@ -423,11 +423,10 @@ def _reaction(result: dict[str, Any], trace: Trace, directory: Path) -> float | 
         return None
     onset = result["origin"] + trace.bursts[0][0]
     spans = []  # [from, to) offsets some plan offloaded
-    for stream in RoutingLog.streams(directory):
-        segments = RoutingLog(directory, stream).segments()
-        for k, seg in enumerate(segments):
-            if seg.plan.offloads:
-                spans.append((seg.start, segments[k + 1].start if k + 1 < len(segments) else float("inf")))
+    segments = RoutingLog(directory).segments()
+    for k, seg in enumerate(segments):
+        if seg.plan.offloads:
+            spans.append((seg.start, segments[k + 1].start if k + 1 < len(segments) else float("inf")))
     for e in sorted(result["epochs"], key=lambda e: e["started_t"]):
         if e["started_t"] >= onset and any(lo < e["covered"] and hi > e["start"] for lo, hi in spans):
             return round(e["started_t"] - onset, 2)

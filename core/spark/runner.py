@@ -179,7 +179,7 @@ def _run_query(
     else:  # routed streams also carry heartbeats and workers' results: count the records themselves
         entities = [n.op.entity for n in logical.nodes if isinstance(n.op, Source)]
         records_in = sum(len(event_ids(e, 0, config.generator.events)) for e in entities)
-    routed = routed_to_workers(config, out) if session is not None else 0
+    routed = routed_to_workers(config, out, [c.entity for c in chains]) if session is not None else 0
     summary = {
         "query": config.query,
         "events": records_in if config.input is not None else config.generator.events,
@@ -216,16 +216,12 @@ def memory_in_force(spark: SparkConfig) -> dict[str, Any]:
     return recorded
 
 
-def routed_to_workers(config: RunConfig, out: Path) -> int:
-    """Records the routing log sent to the workers' share, over all routed entities (deterministic)."""
+def routed_to_workers(config: RunConfig, out: Path, entities: Sequence[str]) -> int:
+    """Records the routing log sent to the workers' share, over the routed `entities` (deterministic)."""
     from router.routing_log import RoutingLog, routed_mask
 
-    total = 0
-    offload_dir = out / OFFLOAD_DIR
-    for entity in RoutingLog.streams(offload_dir):
-        segments = RoutingLog(offload_dir, entity).segments()
-        total += int(routed_mask(segments, event_ids(entity, 0, config.generator.events)).sum())
-    return total
+    segments = RoutingLog(out / OFFLOAD_DIR).segments()
+    return sum(int(routed_mask(segments, event_ids(e, 0, config.generator.events)).sum()) for e in entities)
 
 
 def stream_to_end(

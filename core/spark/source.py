@@ -274,7 +274,7 @@ class NexmarkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         from router.routing_log import RoutingLog, covering, read_current_plan
 
         lo, hi = int(start["event"]), int(end["event"])
-        log = RoutingLog(opts.route.offload_dir, opts.entity)
+        log = RoutingLog(opts.route.offload_dir)
         segments = log.plan_range(lo, hi, read_current_plan(opts.route.offload_dir))
         step = routed_step(opts.offsets_per_task, opts.route.route, segments, lo, hi)
         ranges = event_ranges(lo, hi, step, opts.events, punctuate=True)

@@ -34,21 +34,24 @@ LOCAL3 = OffloadPlan.local(3)
 
 
 def test_a_plan_change_applies_from_the_first_offset_nobody_has_routed(tmp_path: Path) -> None:
-    vm_share, workers_share = RoutingLog(tmp_path, "bid"), RoutingLog(tmp_path, "bid")  # two processes
+    vm_share, workers_share = RoutingLog(tmp_path), RoutingLog(tmp_path)  # two processes
     assert vm_share.plan_range(0, 1000, HALF) == (Segment(0, HALF),)
     # The plan changes while the other reader still has [0, 1000) to read: it must see HALF there.
     assert workers_share.plan_range(0, 1000, ALL) == (Segment(0, HALF),)
     assert vm_share.plan_range(1000, 2000, ALL) == (Segment(1000, ALL),)
     assert workers_share.plan_range(1000, 2000, LOCAL) == (Segment(1000, ALL),)
     # A replay of an epoch gets what the first attempt got, whatever the current plan says.
-    assert RoutingLog(tmp_path, "bid").plan_range(500, 1500, LOCAL) == (Segment(0, HALF), Segment(1000, ALL))
-    assert RoutingLog(tmp_path, "bid").high_water_mark() == 2000
-    assert RoutingLog.streams(tmp_path) == ["bid"]
+    assert RoutingLog(tmp_path).plan_range(500, 1500, LOCAL) == (Segment(0, HALF), Segment(1000, ALL))
+    assert RoutingLog(tmp_path).high_water_mark() == 2000
 
 
-def test_streams_are_logged_apart(tmp_path: Path) -> None:
-    RoutingLog(tmp_path, "bid").plan_range(0, 100, HALF)
-    assert RoutingLog(tmp_path, "person").plan_range(0, 100, ALL) == (Segment(0, ALL),)
+def test_every_stream_of_a_query_routes_an_offset_by_the_same_plan(tmp_path: Path) -> None:
+    """The bid stream plans [0, 100) under HALF; the person stream, later and under another current
+    plan, still gets HALF there: an auction and its bids see one plan at every offset."""
+    bids, persons = RoutingLog(tmp_path), RoutingLog(tmp_path)
+    assert bids.plan_range(0, 100, HALF) == (Segment(0, HALF),)
+    assert persons.plan_range(0, 150, ALL) == (Segment(0, HALF), Segment(100, ALL))
+    assert bids.plan_range(100, 150, LOCAL) == (Segment(100, ALL),)
 
 
 def test_the_current_plan_file_round_trips(tmp_path: Path) -> None:
@@ -115,7 +118,7 @@ def _route_concurrently(directory: str, writer: int, start: Any, out: str) -> No
     """One reader process: route its ranges with whatever plan is current, publishing a new plan now
     and then, so the plan changes under the other processes' feet."""
     root = Path(directory)
-    log = RoutingLog(root, "bid")
+    log = RoutingLog(root)
     start.wait(timeout=60)
     got = []
     for k, (lo, hi) in enumerate(_ranges(writer)):
@@ -134,7 +137,7 @@ def _route_then_die(directory: str, start: int, end: int, plan: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
     atomic_write.write_text = killed
-    RoutingLog(Path(directory), "bid").plan_range(start, end, OffloadPlan.loads(plan))
+    RoutingLog(Path(directory)).plan_range(start, end, OffloadPlan.loads(plan))
 
 
 def _run(target: Any, *args: Any) -> int | None:
@@ -150,7 +153,7 @@ def _run(target: Any, *args: Any) -> int | None:
 
 def _lines(tmp_path: Path) -> list[dict[str, Any]]:
     """The log's lines, each of which must be a whole JSON object."""
-    text = (tmp_path / "routing-bid.jsonl").read_text()
+    text = (tmp_path / "routing.jsonl").read_text()
     assert text.endswith("\n")
     return [json.loads(line) for line in text.splitlines()]
 
@@ -178,7 +181,7 @@ def test_processes_routing_at_once_agree_on_the_plan_of_every_offset(tmp_path: P
 
     # The log parses, and its starts strictly increase from 0: each offset below the mark is routed
     # by exactly one segment (no two processes appended for the same offsets).
-    log = RoutingLog(tmp_path, "bid")
+    log = RoutingLog(tmp_path)
     starts = [line["from"] for line in _lines(tmp_path)]
     assert starts[0] == 0 and starts == sorted(set(starts))
     segments = log.segments()
@@ -191,18 +194,18 @@ def test_processes_routing_at_once_agree_on_the_plan_of_every_offset(tmp_path: P
     for lo, hi, got in answers:
         assert got == [[s.start, s.plan.dumps()] for s in covering(segments, lo, hi)], (lo, hi)
     # A replay of any range, whatever the plan now, gets the same segments and writes nothing.
-    before = (tmp_path / "routing-bid.jsonl").read_bytes()
+    before = (tmp_path / "routing.jsonl").read_bytes()
     for lo, hi, got in answers:
-        replayed = RoutingLog(tmp_path, "bid").plan_range(lo, hi, _plan(99))
+        replayed = RoutingLog(tmp_path).plan_range(lo, hi, _plan(99))
         assert [[s.start, s.plan.dumps()] for s in replayed] == got
-    assert (tmp_path / "routing-bid.jsonl").read_bytes() == before
+    assert (tmp_path / "routing.jsonl").read_bytes() == before
 
 
 @pytest.mark.parametrize("next_plan", [LOCAL3, ALL, HALF], ids=["new-plan", "killed-plan", "same-plan"])
 def test_a_writer_killed_between_its_line_and_its_mark_routed_nothing(
     tmp_path: Path, next_plan: OffloadPlan
 ) -> None:
-    log = RoutingLog(tmp_path, "bid")
+    log = RoutingLog(tmp_path)
     assert log.plan_range(0, 1000, HALF) == (Segment(0, HALF),)
     ids = np.arange(0, 1000, dtype=np.int64)
     first = routed_mask(log.segments(), ids)
@@ -225,7 +228,7 @@ def test_a_writer_killed_between_its_line_and_its_mark_routed_nothing(
 
 def test_a_writer_killed_in_its_first_call_leaves_a_log_that_starts_afresh(tmp_path: Path) -> None:
     assert _run(_route_then_die, str(tmp_path), 0, 500, ALL.dumps()) == -signal.SIGKILL
-    log = RoutingLog(tmp_path, "bid")
+    log = RoutingLog(tmp_path)
     assert (log.segments(), log.high_water_mark()) == ([], 0)
     assert log.plan_range(0, 500, HALF) == (Segment(0, HALF),)
     assert _lines(tmp_path) == [{"from": 0, "plan": HALF.to_json()}]
@@ -239,9 +242,9 @@ def test_a_writer_killed_in_its_first_call_leaves_a_log_that_starts_afresh(tmp_p
 def test_a_torn_last_line_is_ignored_and_cut_by_the_next_writer(tmp_path: Path, torn: bytes) -> None:
     """A line without its newline is a write that never finished: its writer died before moving the
     mark, so nobody was handed those offsets and nothing is lost by dropping it."""
-    log = RoutingLog(tmp_path, "bid")
+    log = RoutingLog(tmp_path)
     log.plan_range(0, 1000, HALF)
-    with open(tmp_path / "routing-bid.jsonl", "ab") as f:
+    with open(tmp_path / "routing.jsonl", "ab") as f:
         f.write(torn)
     assert log.segments() == [Segment(0, HALF)]
     assert log.plan_range(0, 1000, ALL) == (Segment(0, HALF),)
@@ -265,11 +268,11 @@ def test_a_malformed_line_before_the_last_is_an_error_naming_the_file_and_line(
 ) -> None:
     """A whole line that does not parse is not a torn write: which plan routed those offsets is lost,
     and guessing would re-route records a committed epoch already counted."""
-    path = tmp_path / "routing-bid.jsonl"
+    path = tmp_path / "routing.jsonl"
     path.write_bytes(_line(0, HALF) + _line(100, LOCAL3) + bad + b"\n" + _line(1000, ALL))
-    (tmp_path / "routing-bid.hwm").write_text("2000")
+    (tmp_path / "routing.hwm").write_text("2000")
     before = path.read_bytes()
-    log = RoutingLog(tmp_path, "bid")
+    log = RoutingLog(tmp_path)
     for attempt in (
         log.segments,
         lambda: log.plan_range(0, 100, LOCAL),
@@ -284,27 +287,27 @@ def test_a_malformed_line_before_the_last_is_an_error_naming_the_file_and_line(
 
 def test_a_malformed_whole_last_line_is_corruption_too(tmp_path: Path) -> None:
     """The writer puts a line and its newline in one write: a last line with its newline is whole."""
-    path = tmp_path / "routing-bid.jsonl"
+    path = tmp_path / "routing.jsonl"
     path.write_bytes(_line(0, HALF) + b'{"from": 1000, "plan": null}\n')
     with pytest.raises(InputError, match=re.escape(f"{path}:2:")):
-        RoutingLog(tmp_path, "bid").plan_range(1000, 2000, ALL)
+        RoutingLog(tmp_path).plan_range(1000, 2000, ALL)
 
 
 def test_a_damaged_mark_or_a_lost_log_is_an_error(tmp_path: Path) -> None:
-    log = RoutingLog(tmp_path, "bid")
-    (tmp_path / "routing-bid.hwm").write_text("12x")
-    with pytest.raises(InputError, match=re.escape(str(tmp_path / "routing-bid.hwm"))):
+    log = RoutingLog(tmp_path)
+    (tmp_path / "routing.hwm").write_text("12x")
+    with pytest.raises(InputError, match=re.escape(str(tmp_path / "routing.hwm"))):
         log.plan_range(0, 100, HALF)
-    (tmp_path / "routing-bid.hwm").write_text("2000")  # the mark says offsets were handed out ...
+    (tmp_path / "routing.hwm").write_text("2000")  # the mark says offsets were handed out ...
     with pytest.raises(InputError, match="no plan for offset 0"):  # ... but the log has no plan for them
         log.segments()
 
 
 def test_segments_that_share_a_start_route_by_the_later_one(tmp_path: Path) -> None:
     """A log written before dead lines were dropped may hold one; the first routes nothing, as before."""
-    (tmp_path / "routing-bid.jsonl").write_bytes(_line(0, HALF) + _line(1000, ALL) + _line(1000, LOCAL3))
-    (tmp_path / "routing-bid.hwm").write_text("2000")
-    log = RoutingLog(tmp_path, "bid")
+    (tmp_path / "routing.jsonl").write_bytes(_line(0, HALF) + _line(1000, ALL) + _line(1000, LOCAL3))
+    (tmp_path / "routing.hwm").write_text("2000")
+    log = RoutingLog(tmp_path)
     assert log.segments() == [Segment(0, HALF), Segment(1000, LOCAL3)]
     assert log.plan_range(500, 2500, ALL) == (Segment(0, HALF), Segment(1000, LOCAL3), Segment(2000, ALL))
 
