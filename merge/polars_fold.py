@@ -134,6 +134,15 @@ def computed_finishes(calls: Sequence[AggCall]) -> list[pl.Expr]:
     return [finish(c) for c in calls if kind_of(c).finish != Finish.VALUE]
 
 
+US_PER_MS = 1000
+
+
+def ceil_ms(us: pl.Expr) -> pl.Expr:
+    """The first whole millisecond at or after a microsecond instant: a watermark (in ms) at or past
+    it is at or past the instant."""
+    return -((-us) // US_PER_MS)
+
+
 def floor_to(us: pl.Expr, step_us: int) -> pl.Expr:
     """The start of the step-aligned pane holding microsecond instant `us`; polars' % takes the
     divisor's sign, so this floors before 1970 too (as Spark's window does)."""

@@ -21,8 +21,6 @@ from pyspark.sql.types import BinaryType, LongType, StructField, StructType
 
 from merge.spark.window_blobs import input_rows, to_ipc
 
-US_PER_MS = 1000
-
 
 def bucket_of(keys: Sequence[str], buckets: int) -> Column:
     """The group a row's key falls in: one of `buckets` (the shuffle partitions: a task each)."""
@@ -40,12 +38,6 @@ def timestamps_from_micros(frame: pl.DataFrame, names: list[str]) -> pl.DataFram
 def input_frame(batches: Iterator[pd.DataFrame], names: list[str], timestamps: list[str]) -> pl.DataFrame:
     """transformWithState's input by position, its int64-microsecond timestamps made timestamps."""
     return timestamps_from_micros(input_rows(batches, names), timestamps)
-
-
-def ceil_ms(us: pl.Expr) -> pl.Expr:
-    """The first whole millisecond at or after a microsecond instant: a watermark (in ms) at or past
-    it is at or past the instant."""
-    return -((-us) // US_PER_MS)
 
 
 class FrameValue:

@@ -33,7 +33,7 @@ from pyspark.sql.types import StructType, TimestampType
 from core.plan import AggCall, LatestAggregate
 from merge import polars_fold
 from merge.spark.column_fold import finished
-from merge.spark.frame_state import FrameValue, NextTimer, bucket_of, ceil_ms, input_frame
+from merge.spark.frame_state import FrameValue, NextTimer, bucket_of, input_frame
 
 _BUCKET = "sponge_bucket"
 _RID = "sponge_rid"  # a due row's number within the micro-batch
@@ -113,7 +113,7 @@ class LatestProcessor(StatefulProcessor):
 
     def _answer(self, waiting: pl.DataFrame, watermark_ms: int) -> Iterator[pd.DataFrame]:
         at = self.spec.op.at
-        due_at = ceil_ms(pl.col(at).dt.epoch("us"))
+        due_at = polars_fold.ceil_ms(pl.col(at).dt.epoch("us"))
         due = waiting.filter(due_at <= watermark_ms)
         waiting = waiting.filter(due_at > watermark_ms)
         if due.height:

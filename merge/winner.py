@@ -1,0 +1,151 @@
+"""The best right row of each left entity, decided at its close: the operator's step, free of Spark.
+
+Why a step of its own: the VM's transformWithState processor (merge/spark/winner_at_close.py, ADR
+0020) only reads the state, calls `step` or `expire`, writes the state back and sets the timer. Any
+other place that must decide a key group's winners the same way (a worker holding the group during a
+burst) runs this same function over the same state: one definition, as merge/algebra.py is for folds.
+
+The state is two frames: the open entities (each with its best right row so far) and the right rows a
+later entity could still take (those not yet behind the watermark). A step adds the batch's rows,
+offers every candidate to every open entity of its key, then closes: entities whose close the
+watermark has passed leave with their winner, pending rows behind the watermark are dropped.
+Offering a row twice changes nothing (the best of the best and a candidate is idempotent), so a
+replayed batch yields the same state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from core.expr import Expr
+from core.expr_polars import to_polars
+from merge.polars_fold import US_PER_MS, ceil_ms
+
+SIDE = "sponge_side"  # 0: a left (entity) row, 1: a right row
+LID = "sponge_lid"  # an open entity's number within its state
+HAS_BEST = "sponge_has_best"
+
+
+def key_column(i: int) -> str:
+    return f"sponge_k{i}"
+
+
+@dataclass(frozen=True)
+class WinnerSpec:
+    """What the step needs to know, free of Spark objects so it pickles small."""
+
+    n_keys: int
+    left: tuple[str, ...]
+    right: tuple[str, ...]
+    timestamps: tuple[str, ...]
+    opens: str
+    closes: str
+    at: str
+    by: str
+    condition: Expr | None
+
+    @property
+    def keys(self) -> list[str]:
+        return [key_column(i) for i in range(self.n_keys)]
+
+    @property
+    def columns(self) -> list[str]:
+        """The step's input: the side, the join key, then the left's and the right's columns."""
+        return [SIDE, *self.keys, *self.left, *self.right]
+
+    def offer(self, open_: pl.DataFrame, candidates: pl.DataFrame) -> pl.DataFrame:
+        """Each open entity's best right row after seeing `candidates` (right rows of its keys)."""
+        if open_.height == 0 or candidates.height == 0:
+            return open_
+        pairs = open_.select(LID, *self.keys, *self.left).join(candidates, on=self.keys, how="inner")
+        inside = (pl.col(self.opens) <= pl.col(self.at)) & (pl.col(self.at) < pl.col(self.closes))
+        if self.condition is not None:
+            inside = inside & to_polars(self.condition)
+        pairs = pairs.filter(inside)
+        if pairs.height == 0:
+            return open_
+        held = open_.filter(pl.col(HAS_BEST)).select(LID, *self.right)
+        rest = [c for c in self.right if c not in (self.by, self.at)]
+        best = (
+            pl.concat([held, pairs.select(LID, *self.right)], how="vertical_relaxed")
+            .sort([self.by, self.at, *rest], descending=[True, False] + [False] * len(rest), nulls_last=True)
+            .unique(LID, keep="first", maintain_order=True)
+            .with_columns(pl.lit(True).alias(HAS_BEST))
+        )
+        return (
+            open_.drop(*self.right, HAS_BEST)
+            .join(best, on=LID, how="left")
+            .with_columns(pl.col(HAS_BEST).fill_null(False))
+        )
+
+
+@dataclass(frozen=True)
+class WinnerState:
+    """The open entities and the pending right rows (None: none kept)."""
+
+    open: pl.DataFrame | None = None
+    pending: pl.DataFrame | None = None
+
+
+@dataclass(frozen=True)
+class Decided:
+    """What a step leaves: the new state, the winners decided (left then right columns) and the
+    earliest watermark (ms) at which something more is due, if anything is."""
+
+    state: WinnerState
+    won: pl.DataFrame | None
+    next_due_ms: int | None
+
+
+def _empty_open(spec: WinnerSpec, like: pl.DataFrame) -> pl.DataFrame:
+    columns = {c: like.schema[c] for c in (*spec.keys, *spec.left, *spec.right)}
+    return pl.DataFrame(schema={LID: pl.Int64, **columns, HAS_BEST: pl.Boolean})
+
+
+def step(spec: WinnerSpec, state: WinnerState, new: pl.DataFrame, watermark_ms: int) -> Decided:
+    """Add a batch's rows (`spec.columns`) to `state` and decide what the watermark closes.
+
+    Late rows are dropped as Spark's stateful operators drop them: an entity whose close is already
+    behind the watermark, and a right row with a null key, time or rank.
+    """
+    s = spec
+    lefts = new.filter(pl.col(SIDE) == 0).select(*s.keys, *s.left)
+    lefts = lefts.drop_nulls([*s.keys, s.opens, s.closes]).filter(
+        ceil_ms(pl.col(s.closes).dt.epoch("us")) > watermark_ms
+    )
+    rights = new.filter(pl.col(SIDE) == 1).select(*s.keys, *s.right).drop_nulls([*s.keys, s.at, s.by])
+    open_ = state.open if state.open is not None else _empty_open(s, new)
+    if lefts.height:
+        first = (open_[LID].max() + 1) if open_.height else 0  # type: ignore[operator]
+        added = lefts.with_row_index(LID, offset=first).with_columns(
+            pl.col(LID).cast(pl.Int64),
+            *[pl.lit(None, dtype=new.schema[c]).alias(c) for c in s.right],
+            pl.lit(False).alias(HAS_BEST),
+        )
+        open_ = pl.concat([open_, added.select(open_.columns)], how="vertical_relaxed")
+    held = state.pending
+    candidates = rights if held is None else pl.concat([held, rights], how="vertical_relaxed")
+    return expire(s, WinnerState(s.offer(open_, candidates), candidates), watermark_ms)
+
+
+def expire(spec: WinnerSpec, state: WinnerState, watermark_ms: int) -> Decided:
+    """Emit the entities whose close the watermark has passed, keep the rest and the right rows a
+    later entity could still take, and say when the next one is due."""
+    s = spec
+    due_at = ceil_ms(pl.col(s.closes).dt.epoch("us"))
+    at_us = pl.col(s.at).dt.epoch("us")
+    nexts = []
+    won = None
+    open_, pending = state.open, state.pending
+    if open_ is not None:
+        won = open_.filter((due_at <= watermark_ms) & pl.col(HAS_BEST)).select(*s.left, *s.right)
+        open_ = open_.filter(due_at > watermark_ms)
+        if open_.height:
+            nexts.append(int(open_.select(due_at.min()).item()))
+    if pending is not None:
+        pending = pending.filter(at_us >= watermark_ms * US_PER_MS)
+        if pending.height:
+            nexts.append(int(pending.select(at_us.max()).item()) // US_PER_MS + 1)
+    return Decided(WinnerState(open_, pending), won, min(nexts) if nexts else None)
