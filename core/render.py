@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Group
 from rich.text import Text
 
+from core.offload_chains import OffloadChain
 from core.plan import LogicalPlan
 from core.rewrite import Kind, RewrittenPlan
 
@@ -48,4 +49,24 @@ def render_rewritten(plan: RewrittenPlan) -> Group:
             style="dim",
         )
     )
+    return Group(*lines)
+
+
+_CHAIN_KIND = {
+    "rows": "workers return the rows",
+    "partial": "workers return partial states the VM merges",
+    "side_counts": "workers count the join's side; the VM multiplies the sides",
+}
+
+
+def render_chains(plan: LogicalPlan, chains: list[OffloadChain]) -> Group:
+    """Which operators a burst actually moves to workers: each source's chain (core/offload_chains.py)."""
+    lines = [Text(f"{plan.name}: what runs on workers during a burst", style="bold underline")]
+    for c in chains:
+        nodes = " ─ ".join(c.node_ids) + (f" (with {', '.join(c.fused)})" if c.fused else "")
+        lines.append(Text(f"  {c.entity:<8} {nodes}: {_CHAIN_KIND[c.kind]}"))
+    on_vm = [
+        n.id for n in plan.nodes if n.op.stateful and not any(n.id in (*c.node_ids, *c.fused) for c in chains)
+    ]
+    lines.append(Text(f"  stays on the VM: {', '.join(on_vm) or 'no stateful operator'}", style="dim"))
     return Group(*lines)

@@ -34,28 +34,36 @@ def queries() -> None:
 def compile_(
     query: QueryArg,
     as_json: Annotated[
-        bool, typer.Option("--json", help="Print the logical and rewritten DAGs as JSON.")
+        bool, typer.Option("--json", help="Print the DAGs and the offload chains as JSON.")
     ] = False,
 ) -> None:
-    """Compile a query: its logical DAG and the DAG after operator insertion (TOs, ROs, MOs)."""
+    """Compile a query: its logical DAG, the DAG after operator insertion (TOs, ROs, MOs), and which
+    operators a burst moves to workers."""
     from core.nexmark.queries import get_query
-    from core.render import render_logical, render_rewritten
+    from core.offload_chains import offload_chains
+    from core.render import render_chains, render_logical, render_rewritten
     from core.rewrite import rewrite
 
     info = get_query(query)
     logical = info.plan()
     rewritten = rewrite(logical)
+    chains = offload_chains(logical)
     if as_json:
         doc = {
             "query": info.name,
             "logical": logical.to_json(),
             "rewritten": rewritten.to_json(),
             "rewrite_ms": round(rewritten.rewrite_ms, 3),
+            "offload_chains": [
+                {"entity": c.entity, "nodes": list(c.node_ids), "kind": c.kind, "fused": list(c.fused)}
+                for c in chains
+            ],
         }
         sys.stdout.write(json.dumps(doc) + "\n")
         return
     out.print(render_logical(logical))
     out.print(render_rewritten(rewritten))
+    out.print(render_chains(logical, chains))
 
 
 def reference(

@@ -34,7 +34,7 @@ def test_compile_json_contract(query: str) -> None:
     p = sponge("compile", query, "--json")
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)
-    assert set(doc) == {"query", "logical", "rewritten", "rewrite_ms"}
+    assert set(doc) == {"query", "logical", "rewritten", "rewrite_ms", "offload_chains"}
     assert doc["query"] == query and isinstance(doc["rewrite_ms"], float)  # how fast: bench.throughput
     assert all(set(n) == {"id", "op", "stateful"} for n in doc["logical"]["nodes"])
     assert all(set(n) == {"id", "op", "kind", "of", "placement"} for n in doc["rewritten"]["nodes"])
@@ -45,6 +45,19 @@ def test_compile_json_contract(query: str) -> None:
     for n in doc["rewritten"]["nodes"]:
         assert (n["of"] is None) == (n["kind"] == "original")
         assert n["placement"] == ("sf" if n["kind"] == "transient" else "vm")
+    ids = {n["id"] for n in doc["logical"]["nodes"]}
+    for c in doc["offload_chains"]:
+        assert set(c) == {"entity", "nodes", "kind", "fused"}
+        assert c["kind"] in ("rows", "partial", "side_counts")
+        assert set(c["nodes"]) | set(c["fused"]) <= ids and c["nodes"]
+
+
+def test_compile_says_what_a_burst_moves_to_workers_and_what_stays() -> None:
+    p = sponge("compile", "q8")
+    assert "what runs on workers during a burst" in p.stdout
+    assert "window_join6 (with key_by7, window_aggregate8)" in p.stdout
+    assert "stays on the VM: no stateful operator" in p.stdout
+    assert "stays on the VM: top_k5" in sponge("compile", "q5").stdout
 
 
 def test_compile_draws_both_dags() -> None:
