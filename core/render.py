@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Group
 from rich.text import Text
 
+from core.keyed_stages import KeyedStage
 from core.offload_chains import OffloadChain
 from core.plan import LogicalPlan
 from core.rewrite import Kind, RewrittenPlan
@@ -59,14 +60,20 @@ _CHAIN_KIND = {
 }
 
 
-def render_chains(plan: LogicalPlan, chains: list[OffloadChain]) -> Group:
-    """Which operators a burst actually moves to workers: each source's chain (core/offload_chains.py)."""
+def render_chains(plan: LogicalPlan, chains: list[OffloadChain], stages: list[KeyedStage]) -> Group:
+    """Which operators a burst moves to workers (each source's chain, core/offload_chains.py), and the
+    stateful ones that stay on the VM, with the source keys their state is partitioned by."""
     lines = [Text(f"{plan.name}: what runs on workers during a burst", style="bold underline")]
     for c in chains:
         nodes = " ─ ".join(c.node_ids) + (f" (with {', '.join(c.fused)})" if c.fused else "")
         lines.append(Text(f"  {c.entity:<8} {nodes}: {_CHAIN_KIND[c.kind]}"))
-    on_vm = [
-        n.id for n in plan.nodes if n.op.stateful and not any(n.id in (*c.node_ids, *c.fused) for c in chains)
-    ]
+    keyed = {s.op_id: s for s in stages}
+    moved = {n for c in chains for n in (*c.node_ids, *c.fused)}
+    on_vm = []
+    for n in plan.nodes:
+        if n.op.stateful and n.id not in moved:
+            stage = keyed.get(n.id)
+            keys = [f"{i.entity}.{'+'.join(i.keys)}" for i in stage.inputs] if stage else []
+            on_vm.append(n.id + (f" (keyed by {', '.join(keys)})" if keys else ""))
     lines.append(Text(f"  stays on the VM: {', '.join(on_vm) or 'no stateful operator'}", style="dim"))
     return Group(*lines)

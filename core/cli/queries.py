@@ -39,6 +39,7 @@ def compile_(
 ) -> None:
     """Compile a query: its logical DAG, the DAG after operator insertion (TOs, ROs, MOs), and which
     operators a burst moves to workers."""
+    from core.keyed_stages import keyed_stages
     from core.nexmark.queries import get_query
     from core.offload_chains import offload_chains
     from core.render import render_chains, render_logical, render_rewritten
@@ -63,7 +64,7 @@ def compile_(
         return
     out.print(render_logical(logical))
     out.print(render_rewritten(rewritten))
-    out.print(render_chains(logical, chains))
+    out.print(render_chains(logical, chains, keyed_stages(logical)))
 
 
 def reference(

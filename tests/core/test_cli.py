@@ -58,6 +58,8 @@ def test_compile_says_what_a_burst_moves_to_workers_and_what_stays() -> None:
     assert "window_join6 (with key_by7, window_aggregate8)" in p.stdout
     assert "stays on the VM: no stateful operator" in p.stdout
     assert "stays on the VM: top_k5" in sponge("compile", "q5").stdout
+    q4 = sponge("compile", "q4").stdout
+    assert "stays on the VM: winner_at_close6 (keyed by auction.id, bid.auction), window_aggregate8" in q4
 
 
 def test_compile_draws_both_dags() -> None:
