@@ -18,9 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import polars as pl
+import pyarrow as pa
 
 from core.expr import Expr
 from core.expr_polars import to_polars
+from merge.frames import pack, unpack
 from merge.polars_fold import US_PER_MS, ceil_ms
 
 SIDE = "sponge_side"  # 0: a left (entity) row, 1: a right row
@@ -149,3 +151,28 @@ def expire(spec: WinnerSpec, state: WinnerState, watermark_ms: int) -> Decided:
         if pending.height:
             nexts.append(int(pending.select(at_us.max()).item()) // US_PER_MS + 1)
     return Decided(WinnerState(open_, pending), won, min(nexts) if nexts else None)
+
+
+# ---- a step on the wire: what a worker runs for a group it holds ---------------------------------
+
+OPEN, PENDING, NEW, WON = "open", "pending", "new", "won"
+
+
+def seal_request(state: WinnerState, new: pl.DataFrame, watermark_ms: int) -> pa.Table:
+    """A step's input as one table (merge/frames.py): the group's state, the batch's rows, the watermark."""
+    return pack({OPEN: state.open, PENDING: state.pending, NEW: new}, {"watermark_ms": watermark_ms})
+
+
+def run_seal(spec: WinnerSpec, request: pa.Table) -> pa.Table:
+    """The worker's side of a seal: the step over the request, answered as one table."""
+    frames, numbers = unpack(request)
+    new = frames[NEW]
+    assert new is not None and numbers["watermark_ms"] is not None
+    decided = step(spec, WinnerState(frames[OPEN], frames[PENDING]), new, numbers["watermark_ms"])
+    out = {OPEN: decided.state.open, PENDING: decided.state.pending, WON: decided.won}
+    return pack(out, {"next_due_ms": decided.next_due_ms})
+
+
+def seal_answer(answer: pa.Table) -> Decided:
+    frames, numbers = unpack(answer)
+    return Decided(WinnerState(frames[OPEN], frames[PENDING]), frames[WON], numbers["next_due_ms"])
