@@ -210,11 +210,13 @@ class WorkerSession:
                 # The agent's `--inject slow-worker`: stall like a stuck worker (deaf to the stream and the
                 # deadline), so the agent's chunk timeout or the function timeout has to recover the chunk.
                 time.sleep(chunk.delay_s)
+            cpu0 = time.process_time()
             program = self.programs.get_json(chunk.program_id, chunk.program)
             table = decode(chunk.payload)
             rows_by_node: dict[str, int] = {}
             out = program.run_table(table, rows_by_node)
             payload = encode(out, self.d.compression)
+            cpu_seconds = time.process_time() - cpu0
         except Exception as e:  # any program error goes back as data, with its class and message
             self.summary.failures += 1
             return agent_pb2.WorkerMessage(
@@ -237,5 +239,6 @@ class WorkerSession:
                 checksum=checksum(payload),
                 seconds=seconds,
                 rows_by_node=rows_by_node,
+                cpu_seconds=cpu_seconds,
             )
         )

@@ -19,6 +19,7 @@ the queue and (on timeout) its stream. The dispatcher knows nothing of gRPC: a w
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -230,10 +231,13 @@ class Dispatcher:
         *,
         readable: bool = True,
         rows_by_node: Mapping[str, int] | None = None,
+        cpu_seconds: float = 0.0,
     ) -> None:
         """A worker's result. `readable=False`: the receiver found the payload is no result at all (this
         class reads no payloads); like one that fails its checksum, it is counted corrupt and redone.
-        `rows_by_node`: the records the worker ran through each node of the chain."""
+        `rows_by_node`: the records the worker ran through each node of the chain; `cpu_seconds`: the
+        worker's CPU time on the chunk (`Result.cpu_seconds`). Both count only for the result that
+        resolves the chunk: a late, duplicate or corrupt one did work nobody uses."""
         intact = readable and checksum(payload) == crc
         with self._lock:
             owned = self._owned(worker_id, chunk_id)
@@ -251,6 +255,7 @@ class Dispatcher:
             self.counters.add(stats.RECORDS_OFFLOADED, rows_in)
             for node_id, n in (rows_by_node or {}).items():
                 self.counters.add(stats.operator_offloaded(node_id), n)
+            self.counters.add(stats.WORKER_CPU_US, _microseconds(cpu_seconds))
             self._pump()
         _resolve(task, outcome)
 
@@ -326,6 +331,12 @@ class Dispatcher:
         for task in tasks:
             _fail(task, ChunkFailed("AgentStopping", reason))
         self._pool.shutdown(wait=True, cancel_futures=False)
+
+
+def _microseconds(seconds: float) -> int:
+    """A worker's reported seconds as whole microseconds; what no clock can measure (negative, NaN, inf:
+    a broken or hostile worker) counts as none rather than poisoning the sum."""
+    return round(seconds * 1_000_000) if math.isfinite(seconds) and seconds > 0 else 0
 
 
 def _resolve(task: ChunkTask, outcome: ChunkOutcome) -> None:

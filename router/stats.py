@@ -32,6 +32,10 @@ RECORDS_OFFLOADED = "records_offloaded"
 """Rows in of the chunks whose result came from a worker (once per chunk)."""
 RECORDS_RUN_LOCALLY = "records_run_locally"
 """Rows in of the chunks the agent ran itself (no worker, too many tries, or a worker's Failure)."""
+WORKER_CPU_US = "worker_cpu_us"
+"""Workers' CPU time (`Result.cpu_seconds`) on the chunks whose result came from a worker, in microseconds,
+once per chunk like RECORDS_OFFLOADED: the worker side of the offloaded CPU share (bench.offloaded_share).
+An integer so it travels through the Stats RPC and sums over agent restarts like every other counter."""
 INJECTED_KILL_WORKER = "injected_kill_worker"
 INJECTED_THROTTLE = "injected_throttle"
 INJECTED_SLOW_WORKER = "injected_slow_worker"
@@ -58,6 +62,7 @@ ALL = (
     CORRUPT_RESULTS,
     RECORDS_OFFLOADED,
     RECORDS_RUN_LOCALLY,
+    WORKER_CPU_US,
     INJECTED_KILL_WORKER,
     INJECTED_THROTTLE,
     INJECTED_SLOW_WORKER,

@@ -205,6 +205,7 @@ class OffloadSession:
             "target": self.config.target,
             "records_offloaded": totals.get("records_offloaded", 0),
             "operators_offloaded": operators_offloaded(totals),
+            "worker_cpu_s": round(totals.get("worker_cpu_us", 0) / 1e6, 6),
             "records_run_locally_by_agent": totals.get("records_run_locally", 0),
             "workers_started": totals.get("workers_started", 0),
             "cold_starts": totals.get("cold_starts", 0),

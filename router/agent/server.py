@@ -360,6 +360,7 @@ class _Servicer:
                         r.checksum,
                         readable=self._readable(link.worker_id, r.chunk_id, r.payload),
                         rows_by_node=r.rows_by_node,
+                        cpu_seconds=r.cpu_seconds,
                     )
                 elif kind == "failure":
                     f = msg.failure

@@ -200,6 +200,45 @@ def test_records_are_counted_once_where_their_chunk_ran() -> None:
     assert stats.operators_offloaded(c.snapshot()) == {"map1": 10, "filter2": 4}
 
 
+def test_worker_compute_time_is_counted_once_per_chunk_a_worker_resolved() -> None:
+    d, c = _dispatcher(max_dispatches=2)
+    a, b = FakeLink("a"), FakeLink("b")
+    d.attach(a)
+    first, home = _task(1), _task(2)
+    d.submit(first)
+    d.detach("a")  # a loses the chunk: redispatched, and a's late result counts nothing
+    d.attach(b)
+
+    def result(link: FakeLink, task: ChunkTask, seconds: float, payload: bytes = b"partial") -> None:
+        d.on_result(
+            link.worker_id, task.chunk_id, task.epoch, payload, 10, 2, checksum(payload), cpu_seconds=seconds
+        )
+
+    result(a, first, 9.0)
+    result(b, first, 0.25)  # the result that resolves it
+    result(b, first, 7.0, b"duplicate")
+    assert first.future.result(1).worker_id == "b"
+    d.submit(home)
+    # A corrupt result is redone, and its time not counted.
+    d.on_result("b", 2, 7, b"bits", 1, 1, checksum(b"other bits"), cpu_seconds=5.0)
+    d.detach("b")  # its second dispatch used up: the agent runs it, which is no worker's time
+    assert home.future.result(5).ran_locally
+    assert c.get(stats.WORKER_CPU_US) == 250_000
+    assert c.snapshot()[stats.WORKER_CPU_US] == 250_000  # a known counter: in every Stats reply
+
+
+def test_an_unmeasurable_compute_time_counts_as_none() -> None:
+    d, c = _dispatcher()
+    a = FakeLink("a")
+    d.attach(a)
+    for i, seconds in enumerate((float("nan"), -1.0, float("inf"), 0.000_0004, 0.000_0006)):
+        t = _task(i)
+        d.submit(t)
+        d.on_result("a", i, 7, b"p", 1, 1, checksum(b"p"), cpu_seconds=seconds)
+        assert t.future.result(1).worker_id == "a"
+    assert c.get(stats.WORKER_CPU_US) == 1  # 0.4 us rounds to 0, 0.6 us to 1
+
+
 def test_workers_shows_who_holds_what() -> None:
     d, _ = _dispatcher()
     d.attach(FakeLink("a"))

@@ -30,6 +30,7 @@ PARAMS = QueryParams(window_size_s=4, window_slide_s=2)
 OFFLOAD_FIELDS = {
     "records_offloaded",
     "operators_offloaded",
+    "worker_cpu_s",
     "workers_started",
     "cold_starts",
     "chunks_dispatched",
@@ -88,6 +89,7 @@ def test_offloaded_output_equals_reference(
         # from the agent itself.
         assert summary["records_offloaded"] + summary["records_run_locally_by_agent"] == routed
         assert summary["workers_started"] >= 1 and summary["cold_starts"] >= 1
+        assert summary["worker_cpu_s"] > 0  # the workers' CPU on the chunks they resolved
         # Per node, the workers' records: every node of the chains (and of the pairs they reach) ran
         # some, and each worker's chunk entered its chain at the first node, so those add up to the
         # records offloaded.
