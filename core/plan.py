@@ -8,6 +8,7 @@ Nothing here imports pyspark, so the compiler runs (and is tested) without a JVM
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -284,6 +285,9 @@ class LogicalPlan:
     nodes: tuple[Node, ...]
     edges: tuple[Edge, ...]
     _index: dict[str, Node] = field(default_factory=dict, compare=False, repr=False)
+    # Each node's output columns and types, as the query builder checked them (empty for a plan made
+    # by hand): what a worker needs to rebuild an operator's spec without data.
+    schemas: Mapping[str, Mapping[str, DType]] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         self._index.update({n.id: n for n in self.nodes})

@@ -63,7 +63,7 @@ class QueryBuilder:
     def build(self) -> LogicalPlan:
         if not any(isinstance(n.op, Sink) for n in self._nodes):
             raise PlanError(f"query {self.name!r} has no sink", hint="end the query with .sink()")
-        return LogicalPlan(self.name, tuple(self._nodes), tuple(self._edges))
+        return LogicalPlan(self.name, tuple(self._nodes), tuple(self._edges), schemas=dict(self.schemas))
 
 
 @dataclass

@@ -13,10 +13,13 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.errors import ConfigError
 from lambda_worker.transient import TransientProgram, base_node_id
+
+if TYPE_CHECKING:
+    from lambda_worker.keyed import KeyedProgram
 
 _FIELDS = {"query", "params", "node_ids"}
 _PARAMS = {"window_size_s", "window_slide_s"}
@@ -82,11 +85,21 @@ class ProgramSpec:
         except json.JSONDecodeError as e:
             raise ConfigError(f"program spec is not valid JSON: {e}") from None
 
-    def compile(self) -> TransientProgram:
+    def compile(self) -> TransientProgram | KeyedProgram:
+        """A chain of transient operators, or a keyed operator's step when the spec names one alone."""
         from core.nexmark.params import QueryParams
         from core.nexmark.queries import get_query
+        from core.plan import WinnerAtClose
+        from lambda_worker.keyed import KeyedProgram
 
         plan = get_query(self.query).plan(QueryParams(self.window_size_s, self.window_slide_s))
+        (first, *rest) = self.node_ids
+        if (
+            not rest
+            and first in {n.id for n in plan.nodes}
+            and isinstance(plan.node(first).op, WinnerAtClose)
+        ):
+            return KeyedProgram.from_plan(plan, first)
         return TransientProgram.from_plan(plan, self.node_ids)
 
 

@@ -15,6 +15,7 @@ replayed batch yields the same state.
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import polars as pl
@@ -22,6 +23,7 @@ import pyarrow as pa
 
 from core.expr import Expr
 from core.expr_polars import to_polars
+from core.plan import WinnerAtClose
 from merge.frames import pack, unpack
 from merge.polars_fold import US_PER_MS, ceil_ms
 
@@ -47,6 +49,24 @@ class WinnerSpec:
     at: str
     by: str
     condition: Expr | None
+
+    @classmethod
+    def of(
+        cls, op: WinnerAtClose, left: Sequence[str], right: Sequence[str], timestamps: Collection[str]
+    ) -> WinnerSpec:
+        """The spec of `op` over inputs with columns `left` and `right`, `timestamps` among them."""
+        stamped = tuple(c for c in (*left, *right) if c in timestamps)
+        return cls(
+            len(op.left_keys),
+            tuple(left),
+            tuple(right),
+            stamped,
+            op.opens,
+            op.closes,
+            op.at,
+            op.by,
+            op.condition,
+        )
 
     @property
     def keys(self) -> list[str]:

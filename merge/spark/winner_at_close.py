@@ -103,20 +103,10 @@ def _staged(df: DataFrame, side: int, keys: tuple[str, ...], other: StructType) 
 
 def winner_at_close(left: DataFrame, right: DataFrame, op: WinnerAtClose) -> DataFrame:
     """`op` over its two inputs: one row per entity that has a winner, its columns then the winner's."""
-    timestamps = tuple(
+    timestamps = {
         f.name for f in (*left.schema.fields, *right.schema.fields) if isinstance(f.dataType, TimestampType)
-    )
-    spec = WinnerSpec(
-        len(op.left_keys),
-        tuple(left.columns),
-        tuple(right.columns),
-        timestamps,
-        op.opens,
-        op.closes,
-        op.at,
-        op.by,
-        op.condition,
-    )
+    }
+    spec = WinnerSpec.of(op, left.columns, right.columns, timestamps)
     buckets = int(left.sparkSession.conf.get("spark.sql.shuffle.partitions") or "1")
     both = _staged(left, 0, op.left_keys, right.schema).unionByName(
         _staged(right, 1, op.right_keys, left.schema)
