@@ -1,0 +1,51 @@
+"""The agent's store for worker-held key groups: stashed chunks and state versions survive a restart,
+writing twice is harmless, and only versions no committed state can name are dropped."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from router.handoff_store import GROUP, ChunkRef, HandoffStore
+
+
+def _records(groups: list[int]) -> pa.Table:
+    return pa.table({"id": list(range(len(groups))), GROUP: pa.array(groups, pa.int16())})
+
+
+def test_a_stashed_chunk_gives_each_group_its_records_also_after_a_restart(tmp_path: Path) -> None:
+    ref = ChunkRef("bid", 100, 200, 0)
+    HandoffStore(tmp_path).stash(ref, _records([3, 5, 3, 7]))
+    again = HandoffStore(tmp_path)  # a new agent process over the same directory
+    assert again.records(ref, 3)["id"].to_pylist() == [0, 2]
+    assert again.records(ref, 9).num_rows == 0
+
+
+def test_stashing_twice_keeps_the_first_write(tmp_path: Path) -> None:
+    store, ref = HandoffStore(tmp_path), ChunkRef("bid", 0, 10, 1)
+    store.stash(ref, _records([1]))
+    store.stash(ref, _records([1, 1]))  # a retried task: the same offsets, the same records
+    assert HandoffStore(tmp_path).records(ref, 1).num_rows == 1
+
+
+def test_a_chunk_without_groups_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=GROUP):
+        HandoffStore(tmp_path).stash(ChunkRef("bid", 0, 1, 0), pa.table({"id": [1]}))
+
+
+def test_state_versions_keep_the_last_two(tmp_path: Path) -> None:
+    store = HandoffStore(tmp_path)
+    assert store.state("w6", 4, 0) is None  # a group starts empty
+    for v in (1, 2, 3):
+        store.put_state("w6", 4, v, pa.table({"v": [v]}))
+    assert HandoffStore(tmp_path).state("w6", 4, 3)["v"].to_pylist() == [3]
+    assert store.state("w6", 4, 2)["v"].to_pylist() == [2]  # a replayed batch may still start from v2
+    with pytest.raises(KeyError, match="v1"):
+        store.state("w6", 4, 1)
+
+
+def test_a_missing_chunk_is_named(tmp_path: Path) -> None:
+    with pytest.raises(KeyError, match="bid-0-1-0"):
+        HandoffStore(tmp_path).records(ChunkRef("bid", 0, 1, 0), 1)
