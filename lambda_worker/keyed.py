@@ -1,22 +1,37 @@
-"""A keyed stage's step on a worker: a key group's state and a batch's rows in, the new state out.
+"""A keyed stage's step on a worker: a key group's state and a batch's records in, the new state out.
 
 Why the worker runs the VM's own step: a key group held by workers during a burst must decide exactly
 what the VM's operator would have (ADR 0024), so the worker runs the same pure function
-(merge/winner.py) over the state and rows the agent packs into one table (merge/frames.py). The
-operator's spec is rebuilt from the plan's checked schemas, as the transient chains are.
+(merge/winner.py) over the state and rows the agent packs into one table (merge/keyed_groups.py).
+The stashed records are the sources' own: the worker first runs each input's stateless prefix
+(the transient chain up to the key_by) and lays the rows out as the operator's input, as the Spark
+lowering does on the VM (merge/spark/winner_at_close.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import polars as pl
 import pyarrow as pa
 
+from core.arrow_types import ARROW_TYPES
 from core.errors import PlanError
 from core.expr import DType
+from core.keyed_stages import keyed_stages
 from core.plan import LogicalPlan, WinnerAtClose
-from merge.frames import unpack
-from merge.winner import NEW, WinnerSpec, run_seal
+from lambda_worker.transient import TransientProgram
+from merge.keyed_groups import read_request, seal_answer
+from merge.winner import SIDE, WinnerSpec, key_column, state_frames, state_of, step
+
+GROUP = "sponge_group"
+
+
+@dataclass(frozen=True)
+class _Input:
+    entity: str
+    prefix: TransientProgram
+    keys: tuple[str, ...]  # the operator's key columns on this input (after the prefix)
 
 
 @dataclass(frozen=True)
@@ -26,22 +41,58 @@ class KeyedProgram:
     query: str
     node_id: str
     spec: WinnerSpec
+    inputs: tuple[_Input, ...]  # by port
+    types: dict[str, pl.DataType]  # every input column's type, so a one-sided batch is typed whole
 
     @classmethod
     def from_plan(cls, plan: LogicalPlan, node_id: str) -> KeyedProgram:
         op = plan.node(node_id).op
-        if not isinstance(op, WinnerAtClose):
+        stage = next((s for s in keyed_stages(plan) if s.op_id == node_id), None)
+        if not isinstance(op, WinnerAtClose) or stage is None:
             raise PlanError(f"{op.kind} {node_id!r} has no keyed step yet", hint="winner_at_close has one")
         left, right = (plan.schemas.get(e.src) for e in plan.in_edges(node_id))
         if left is None or right is None:
             raise PlanError(f"plan {plan.name!r} carries no schemas", hint="build it with the query builder")
         stamps = {c for c, t in (*left.items(), *right.items()) if t == DType.TIMESTAMP}
-        return cls(plan.name, node_id, WinnerSpec.of(op, list(left), list(right), stamps))
+        spec = WinnerSpec.of(op, list(left), list(right), stamps)
+        keys = (op.left_keys, op.right_keys)
+        inputs = tuple(
+            _Input(i.entity, TransientProgram.from_plan(plan, i.node_ids), keys[i.port]) for i in stage.inputs
+        )
+        arrow = {c: ARROW_TYPES[t] for c, t in (*left.items(), *right.items())}
+        arrow |= {SIDE: pa.int32(), **{key_column(i): arrow[k] for i, k in enumerate(op.left_keys)}}
+        types = {c: pl.from_arrow(pa.array([], t)).dtype for c, t in arrow.items()}  # type: ignore[union-attr]
+        return cls(plan.name, node_id, spec, inputs, types)
+
+    def staged(self, parts: dict[str, pl.DataFrame], counts: dict[str, int] | None = None) -> pl.DataFrame:
+        """The stashed records of each input run through its prefix (counted per node with `counts`)
+        and laid out as the step's input."""
+        s = self.spec
+        frames = [pl.DataFrame(schema={c: self.types[c] for c in s.columns})]
+        for port, inp in enumerate(self.inputs):
+            records = parts.get(inp.entity)
+            if records is None or records.height == 0:
+                continue
+            rows = pl.from_arrow(inp.prefix.run_table(records.drop(GROUP, strict=False).to_arrow(), counts))
+            assert isinstance(rows, pl.DataFrame)
+            own = s.left if port == 0 else s.right
+            frames.append(
+                rows.select(
+                    pl.lit(port, pl.Int32).alias(SIDE),
+                    *[pl.col(k).alias(key_column(i)) for i, k in enumerate(inp.keys)],
+                    *own,
+                )
+            )
+        return pl.concat(frames, how="diagonal_relaxed").select(s.columns)
 
     def run_table(self, data: pa.Table, counts: dict[str, int] | None = None) -> pa.Table:
-        """One seal: the packed request in, the packed answer out; the batch's rows count for the node."""
+        """One seal: the packed request in, the packed answer out. The records count for the prefix
+        nodes they ran through and for the operator."""
+        state, parts, forwarded, watermark_ms = read_request(data)
+        new = self.staged(parts, counts)
+        if forwarded is not None and forwarded.height:
+            new = pl.concat([new, forwarded.select(self.spec.columns)], how="vertical_relaxed")
         if counts is not None:
-            frames, _ = unpack(data)
-            new = frames[NEW]
-            counts[self.node_id] = counts.get(self.node_id, 0) + (new.height if new is not None else 0)
-        return run_seal(self.spec, data)
+            counts[self.node_id] = counts.get(self.node_id, 0) + new.height
+        decided = step(self.spec, state_of(state), new, watermark_ms)
+        return seal_answer(state_frames(decided.state), decided.won, decided.next_due_ms)

@@ -1,4 +1,4 @@
-"""Where a keyed stage's key group runs in a batch, and what moves: the coordinator's rule (ADR 0024).
+"""Where a keyed stage's key group runs in a batch, what moves, and how a seal crosses the wire (ADR 0024).
 
 Why a rule of its own, free of Spark and of the network: it is the whole of what makes offloading
 non-mergeable state exact, so it is decided in one place and tested against a brute force under any
@@ -6,16 +6,34 @@ schedule of switches (tests/merge/test_keyed_groups.py). The VM's transformWithS
 `decide` for each group of each batch and carries out the decision; the group's bookkeeping
 (`GroupState`) lives in the processor's checkpointed state, so a replayed batch decides the same.
 
-The rule: a group runs, each batch, where all its rows can be. With rows of its own on the VM it runs
-on the VM (taking the workers' state and this batch's stashed parts back first if they held it);
-with stashed rows only, it runs on a worker (sending the VM's rows of the group along the first time);
+The rule: a group's batch runs in one place. With records stashed for workers it runs on a worker,
+the VM's own rows of the group sent along (and, the first time, the VM's state of the group: it moves
+in); with only the VM's rows, it runs on the VM, the workers' state taken back first if they held it;
 held by workers with nothing new but a close due, it runs on a worker to emit it.
+
+A seal is one Arrow table (merge/frames.py): the group's state frames (opaque to the agent, which only
+stores them), the stashed records by entity (`part:<entity>`), the VM's rows sent along (`forwarded`)
+and the watermark; the answer is the new state frames, the outputs (`out`) and when it is next due.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
+
+import polars as pl
+import pyarrow as pa
+
+from merge.frames import pack, unpack
+
+OUT = "out"
+FORWARDED = "forwarded"
+PART = "part:"
+WATERMARK = "watermark_ms"
+NEXT_DUE = "next_due_ms"
+
+Frames = Mapping[str, pl.DataFrame | None]
 
 
 class Where(StrEnum):
@@ -26,8 +44,9 @@ class Where(StrEnum):
 
 @dataclass(frozen=True)
 class GroupState:
-    """What the VM's processor keeps per key group: who holds its state, the version of the workers'
-    copy (seals applied so far) and when the workers' copy next has something due."""
+    """What the VM's processor keeps per key group: who holds its state, the version the workers'
+    copy is at (never reused: a seal makes the next, a hand-back retires one) and when the workers'
+    copy next has something due."""
 
     on_workers: bool = False
     version: int = 0
@@ -38,16 +57,16 @@ class GroupState:
 class Decision:
     where: Where
     hand_back: bool = False  # take the workers' state (at `version`) back before stepping on the VM
-    move_in: bool = False  # send the VM's rows of the group with the seal: the workers' copy starts
-    pull_parts: bool = False  # the batch's stashed parts of the group run on the VM
+    move_in: bool = False  # send the VM's state of the group with the seal: the workers' copy starts
+    forward: bool = False  # send the VM's rows of the batch with the seal
 
 
 def decide(group: GroupState, local_rows: bool, stashed: bool, watermark_ms: int) -> Decision:
     """Where the group runs in a batch that brought `local_rows` to the VM and `stashed` to the agent."""
-    if local_rows:
-        return Decision(Where.VM, hand_back=group.on_workers, pull_parts=stashed)
     if stashed:
-        return Decision(Where.WORKERS, move_in=not group.on_workers)
+        return Decision(Where.WORKERS, move_in=not group.on_workers, forward=local_rows)
+    if local_rows:
+        return Decision(Where.VM, hand_back=group.on_workers)
     due = group.next_due_ms is not None and group.next_due_ms <= watermark_ms
     if group.on_workers and due:
         return Decision(Where.WORKERS)
@@ -55,9 +74,42 @@ def decide(group: GroupState, local_rows: bool, stashed: bool, watermark_ms: int
 
 
 def after(group: GroupState, decision: Decision, next_due_ms: int | None) -> GroupState:
-    """The group's bookkeeping once the decision was carried out (`next_due_ms`: the step's answer)."""
+    """The group's bookkeeping once the decision was carried out (`next_due_ms`: the seal's answer)."""
     if decision.where is Where.WORKERS:
         return GroupState(True, group.version + 1, next_due_ms)
-    if decision.where is Where.VM:
-        return replace(group, on_workers=False, next_due_ms=None)
-    return group
+    if decision.hand_back:
+        return GroupState(False, group.version + 1, None)
+    return replace(group, next_due_ms=None) if decision.where is Where.VM else group
+
+
+# ---- a seal on the wire ---------------------------------------------------------------------------
+
+
+def seal_request(
+    state: Frames, parts: Mapping[str, pl.DataFrame], forwarded: pl.DataFrame | None, watermark_ms: int
+) -> pa.Table:
+    frames = {**state, **{PART + e: f for e, f in parts.items()}, FORWARDED: forwarded}
+    return pack(frames, {WATERMARK: watermark_ms})
+
+
+def read_request(
+    table: pa.Table,
+) -> tuple[dict[str, pl.DataFrame | None], dict[str, pl.DataFrame], pl.DataFrame | None, int]:
+    """(state frames, stashed records by entity, forwarded rows, watermark) of a seal request."""
+    frames, numbers = unpack(table)
+    parts = {k[len(PART) :]: f for k, f in frames.items() if k.startswith(PART) and f is not None}
+    state = {k: f for k, f in frames.items() if not k.startswith(PART) and k != FORWARDED}
+    watermark = numbers[WATERMARK]
+    assert watermark is not None
+    return state, parts, frames.get(FORWARDED), watermark
+
+
+def seal_answer(state: Frames, out: pl.DataFrame | None, next_due_ms: int | None) -> pa.Table:
+    return pack({**state, OUT: out}, {NEXT_DUE: next_due_ms})
+
+
+def read_answer(table: pa.Table) -> tuple[dict[str, pl.DataFrame | None], pl.DataFrame | None, int | None]:
+    """(state frames, outputs, next due) of a seal's answer."""
+    frames, numbers = unpack(table)
+    out = frames.pop(OUT, None)
+    return frames, out, numbers[NEXT_DUE]

@@ -15,16 +15,14 @@ replayed batch yields the same state.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import polars as pl
-import pyarrow as pa
 
 from core.expr import Expr
 from core.expr_polars import to_polars
 from core.plan import WinnerAtClose
-from merge.frames import pack, unpack
 from merge.polars_fold import US_PER_MS, ceil_ms
 
 SIDE = "sponge_side"  # 0: a left (entity) row, 1: a right row
@@ -173,26 +171,14 @@ def expire(spec: WinnerSpec, state: WinnerState, watermark_ms: int) -> Decided:
     return Decided(WinnerState(open_, pending), won, min(nexts) if nexts else None)
 
 
-# ---- a step on the wire: what a worker runs for a group it holds ---------------------------------
+# ---- the state as named frames (merge/keyed_groups.py carries them in seals) --------------------
 
-OPEN, PENDING, NEW, WON = "open", "pending", "new", "won"
-
-
-def seal_request(state: WinnerState, new: pl.DataFrame, watermark_ms: int) -> pa.Table:
-    """A step's input as one table (merge/frames.py): the group's state, the batch's rows, the watermark."""
-    return pack({OPEN: state.open, PENDING: state.pending, NEW: new}, {"watermark_ms": watermark_ms})
+OPEN, PENDING = "open", "pending"
 
 
-def run_seal(spec: WinnerSpec, request: pa.Table) -> pa.Table:
-    """The worker's side of a seal: the step over the request, answered as one table."""
-    frames, numbers = unpack(request)
-    new = frames[NEW]
-    assert new is not None and numbers["watermark_ms"] is not None
-    decided = step(spec, WinnerState(frames[OPEN], frames[PENDING]), new, numbers["watermark_ms"])
-    out = {OPEN: decided.state.open, PENDING: decided.state.pending, WON: decided.won}
-    return pack(out, {"next_due_ms": decided.next_due_ms})
+def state_frames(state: WinnerState) -> dict[str, pl.DataFrame | None]:
+    return {OPEN: state.open, PENDING: state.pending}
 
 
-def seal_answer(answer: pa.Table) -> Decided:
-    frames, numbers = unpack(answer)
-    return Decided(WinnerState(frames[OPEN], frames[PENDING]), frames[WON], numbers["next_due_ms"])
+def state_of(frames: Mapping[str, pl.DataFrame | None]) -> WinnerState:
+    return WinnerState(frames.get(OPEN), frames.get(PENDING))

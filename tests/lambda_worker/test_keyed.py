@@ -1,16 +1,25 @@
-"""A worker's keyed step: compiled from the plan alone, it decides what the VM's step decides."""
+"""A worker's keyed step: compiled from the plan alone, it decides NEXMark's winning bids group by group
+from the sources' own records, as the batch reference does."""
 
 from __future__ import annotations
 
+import polars as pl
+import pyarrow as pa
 import pytest
 
 from core.errors import PlanError
+from core.nexmark.generator import GeneratorConfig, generate
 from core.nexmark.params import QueryParams
 from core.nexmark.queries import get_query
-from lambda_worker.keyed import KeyedProgram
+from core.nexmark.reference import winning_bids
+from core.offload_plan import key_groups_of
+from lambda_worker.keyed import GROUP, KeyedProgram
 from lambda_worker.program import ProgramSpec
-from merge.winner import WinnerState, seal_answer, seal_request, step
-from tests.merge.test_winner import SPEC, _frame, _rows
+from merge.keyed_groups import read_answer, seal_request
+from merge.winner import state_frames, state_of
+
+EVENTS = 30_000
+END_MS = 10**15
 
 
 def test_q4s_winner_step_is_compiled_from_the_plans_schemas() -> None:
@@ -21,19 +30,41 @@ def test_q4s_winner_step_is_compiled_from_the_plans_schemas() -> None:
         ("a_id", "seller", "category", "reserve", "a_date_time", "expires"),
         ("b_auction", "price", "b_date_time"),
     )
-    assert set(s.timestamps) == {"a_date_time", "expires", "b_date_time"} and s.n_keys == 1
+    assert [i.entity for i in program.inputs] == ["auction", "bid"]
 
 
-def test_a_seal_run_by_the_program_is_the_step_and_counts_the_batchs_rows() -> None:
-    program = KeyedProgram("t", "winner_at_close6", SPEC)
-    new = _frame([r for _, r in _rows([(1, 0, 10, 5), (2, 1, 3, 0)], [(1, 2, 7), (2, 2, 1), (1, 4, 9)])])
+def test_seals_of_every_group_over_the_sources_records_decide_the_winning_bids() -> None:
+    """Each batch of generated events, split by key group into one seal per group (the group's state
+    carried from seal to seal), decides per auction what the DuckDB reference decides."""
+    program = KeyedProgram.from_plan(get_query("q4").plan(QueryParams()), "winner_at_close6")
+    config = GeneratorConfig(seed=7, events=EVENTS)
+    keys = {"auction": "id", "bid": "auction"}
+    states: dict[int, dict] = {}
     counts: dict[str, int] = {}
-    answer = seal_answer(program.run_table(seal_request(WinnerState(), new, 0), counts))
-    here = step(SPEC, WinnerState(), new, 0)
-    assert answer.state.open is not None and here.state.open is not None
-    assert answer.state.open.equals(here.state.open) and counts == {"winner_at_close6": 5}
-    later = seal_answer(program.run_table(seal_request(answer.state, new.clear(), 4_000)))
-    assert later.won is not None and later.won.select("a_id", "price").rows() == [(2, 1)]
+    won = []
+    watermark_ms = 0
+    for start in range(0, EVENTS, 5_000):
+        batch = {}
+        for entity, key in keys.items():
+            records = generate(config, entity, start, start + 5_000)
+            batch[entity] = pl.from_arrow(records.append_column(GROUP, pa.array(key_groups_of(records[key]))))
+        groups = sorted({g for f in batch.values() for g in f[GROUP].to_list()})
+        for g in groups:
+            parts = {e: f.filter(pl.col(GROUP) == g) for e, f in batch.items()}
+            request = seal_request(states.get(g, state_frames(state_of({}))), parts, None, watermark_ms)
+            state, out, _ = read_answer(program.run_table(request, counts))
+            states[g] = state
+            won.append(out)
+        times = [f["date_time"].max() for f in batch.values() if f.height]
+        watermark_ms = max(watermark_ms, int(max(times).timestamp() * 1000))
+    for state in states.values():
+        _, out, _ = read_answer(program.run_table(seal_request(state, {}, None, END_MS)))
+        won.append(out)
+    got = {(r["a_id"], r["price"]) for f in won if f is not None for r in f.iter_rows(named=True)}
+    tables = {e: generate(config, e, 0, EVENTS) for e in keys}
+    want = {(r["id"], r["price"]) for r in winning_bids(tables).to_pylist()}
+    assert len(want) > 50 and got == want
+    assert counts["winner_at_close6"] > 0 and counts["map1"] > 0 and counts["key_by5"] > 0
 
 
 def test_only_a_winner_at_close_has_a_keyed_step() -> None:

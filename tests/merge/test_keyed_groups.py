@@ -10,8 +10,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from merge.keyed_groups import Decision, GroupState, Where, after, decide
-from merge.winner import SIDE, Decided, WinnerState, step
+from merge.keyed_groups import (
+    Decision,
+    GroupState,
+    Where,
+    after,
+    decide,
+    read_answer,
+    read_request,
+    seal_answer,
+    seal_request,
+)
+from merge.winner import Decided, WinnerState, step
 from tests.merge.test_winner import END_MS, SPEC, _brute_force, _cut, _frame, _rows, auctions, bids
 
 pytestmark = pytest.mark.timeout(120)
@@ -26,16 +36,14 @@ def _group(row: dict) -> int:
 @dataclass
 class Agent:
     """The workers' side: every version of every group's state it was given or made, and seals as a
-    pure function of (version, parts, moved rows, watermark)."""
+    pure function of (version or moved state, records, watermark)."""
 
     versions: dict[tuple[int, int], WinnerState] = field(default_factory=dict)
-    seals: int = 0
 
-    def seal(self, g: int, version: int, parts: list[dict], moved: WinnerState | None, wm: int) -> Decided:
+    def seal(self, g: int, version: int, rows: list[dict], moved: WinnerState | None, wm: int) -> Decided:
         base = moved if moved is not None else self.versions.get((g, version), WinnerState())
-        decided = step(SPEC, base, _frame(parts), wm)
+        decided = step(SPEC, base, _frame(rows), wm)
         self.versions[(g, version + 1)] = decided.state
-        self.seals += 1
         return decided
 
 
@@ -55,23 +63,23 @@ def _run(
     seal_no = 0
 
     def run_group(g: int, local: list[dict], stashed: list[dict], wm: int) -> None:
-        nonlocal seal_no
+        nonlocal seal_no, won
         d: Decision = decide(status[g], bool(local), bool(stashed), wm)
         if d.where is Where.VM:
             state = agent.versions.get((g, status[g].version), WinnerState()) if d.hand_back else vm[g]
-            decided = step(SPEC, state, _frame(local + (stashed if d.pull_parts else [])), wm)
+            decided = step(SPEC, state, _frame(local), wm)
             vm[g] = decided.state
         elif d.where is Where.WORKERS:
             moved = vm[g] if d.move_in else None
+            rows = stashed + (local if d.forward else [])
             if kills[seal_no % len(kills)]:  # the worker dies holding the state: its answer never comes
-                agent.seal(g, status[g].version, stashed, moved, wm)
+                agent.seal(g, status[g].version, rows, moved, wm)
             seal_no += 1
-            decided = agent.seal(g, status[g].version, stashed, moved, wm)
+            decided = agent.seal(g, status[g].version, rows, moved, wm)
             if d.move_in:
                 vm[g] = WinnerState()
         else:
             return
-        nonlocal won
         won |= _won(decided)
         status[g] = after(status[g], d, decided.next_due_ms)
 
@@ -120,25 +128,25 @@ def test_any_schedule_of_switches_decides_the_brute_force_winners(
 # ---- the rule's edge cases ----------------------------------------------------------------------
 
 
-def test_a_group_whose_state_arrives_after_its_records_runs_where_the_state_is_fetched_to() -> None:
-    """Held by workers, the group's rows reach the VM (the plan handed it back): the state comes back
-    first, with the batch's stashed parts, and everything steps on the VM."""
-    held = GroupState(on_workers=True, version=3, next_due_ms=50)
-    assert decide(held, local_rows=True, stashed=True, watermark_ms=0) == Decision(
-        Where.VM, hand_back=True, pull_parts=True
+def test_a_group_whose_state_arrives_after_its_records_runs_where_the_records_wait() -> None:
+    """The VM holds the group and its records were stashed for workers (the plan moved it mid-batch):
+    the seal carries the VM's state and the VM's rows of the batch, so nothing waits for anything."""
+    assert decide(GroupState(), local_rows=True, stashed=True, watermark_ms=0) == Decision(
+        Where.WORKERS, move_in=True, forward=True
     )
-    assert after(held, Decision(Where.VM, hand_back=True), None) == GroupState(False, 3, None)
+    held = GroupState(on_workers=True, version=3, next_due_ms=50)
+    assert decide(held, local_rows=True, stashed=False, watermark_ms=0) == Decision(Where.VM, hand_back=True)
+    assert after(held, Decision(Where.VM, hand_back=True), None) == GroupState(False, 4, None)
 
 
-def test_a_group_moved_twice_keeps_counting_its_versions() -> None:
+def test_a_group_moved_twice_never_reuses_a_version() -> None:
     g = GroupState()
-    first = decide(g, local_rows=False, stashed=True, watermark_ms=0)
-    assert first == Decision(Where.WORKERS, move_in=True)
-    g = after(g, first, 10)
-    back = decide(g, local_rows=True, stashed=False, watermark_ms=0)
-    g = after(g, back, None)
-    again = decide(g, local_rows=False, stashed=True, watermark_ms=0)
-    assert again.move_in and after(g, again, None) == GroupState(True, 2, None)
+    seen = []
+    for local, stashed in ((False, True), (True, False), (False, True), (True, False)):
+        d = decide(g, local_rows=local, stashed=stashed, watermark_ms=0)
+        g = after(g, d, None)
+        seen.append(g.version)
+    assert seen == [1, 2, 3, 4]  # a seal from a version the agent stored before a hand-back is never asked
 
 
 def test_an_empty_group_held_by_workers_costs_nothing_until_something_is_due() -> None:
@@ -155,4 +163,16 @@ def test_a_seal_asked_again_answers_the_same() -> None:
     first, again = (agent.seal(1, 0, rows, None, 0) for _ in range(2))
     assert first.state.open is not None and again.state.open is not None
     assert first.state.open.equals(again.state.open) and first.next_due_ms == again.next_due_ms
-    assert pl.DataFrame(rows).get_column(SIDE).to_list() == [0, 1]
+
+
+def test_a_seal_crosses_the_wire_whole() -> None:
+    state = {"open": pl.DataFrame({"a": [1]}), "pending": None}
+    parts = {"bid": pl.DataFrame({"b": [2, 3]})}
+    got = read_request(seal_request(state, parts, pl.DataFrame({"c": [4]}), 77))
+    assert got[0]["open"].equals(state["open"]) and got[0]["pending"] is None
+    assert got[1]["bid"].equals(parts["bid"]) and got[2] is not None and got[2]["c"].to_list() == [4]
+    assert got[3] == 77
+    frames, out, due = read_answer(seal_answer(state, pl.DataFrame({"w": [5]}), None))
+    assert (
+        set(frames) == {"open", "pending"} and out is not None and out["w"].to_list() == [5] and due is None
+    )

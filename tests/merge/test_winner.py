@@ -16,9 +16,6 @@ from merge.winner import (
     WinnerState,
     expire,
     key_column,
-    run_seal,
-    seal_answer,
-    seal_request,
     step,
 )
 
@@ -155,27 +152,3 @@ def test_a_replayed_batch_changes_nothing() -> None:
     assert again.state.open is not None and first.state.open is not None
     assert again.state.open.select("price").to_series().to_list() == [9]
     assert again.next_due_ms == first.next_due_ms == 3_001  # the pending bids' last instant, then the close
-
-
-@settings(max_examples=40, deadline=None)
-@given(auctions=auctions, bids=bids, cuts=st.lists(st.integers(0, 35), max_size=6))
-def test_a_step_over_the_wire_is_the_step(
-    auctions: list[tuple[int, int, int, int]], bids: list[tuple[int, int, int]], cuts: list[int]
-) -> None:
-    """Each batch's step packed into one table, run as a worker runs it and unpacked, keeps the same
-    state and decides the same winners as the step in place."""
-    here, there, watermark_ms = WinnerState(), WinnerState(), 0
-    for batch in _cut(_rows(auctions, bids), cuts):
-        new = _frame([r for _, r in batch])
-        local = step(SPEC, here, new, watermark_ms)
-        remote = seal_answer(run_seal(SPEC, seal_request(there, new, watermark_ms)))
-        for a, b in (
-            (local.state.open, remote.state.open),
-            (local.state.pending, remote.state.pending),
-            (local.won, remote.won),
-        ):
-            assert (a is None) == (b is None) and (a is None or a.equals(b)), (a, b)
-        assert local.next_due_ms == remote.next_due_ms
-        here, there = local.state, remote.state
-        if batch:
-            watermark_ms = max(watermark_ms, max(t for t, _ in batch) * 1000)
