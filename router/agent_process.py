@@ -129,6 +129,7 @@ class AgentProcessConfig:
     prewarm: int = 0  # warm pool: environments started and warmed at start-up
     idle_timeout_s: float = 10.0  # a worker's session idles out after this long without chunks
     cpus: frozenset[int] | None = None  # pin the agent (and the embedded workers it forks) to these cores
+    handoff_dir: Path | None = None  # keyed stages' stash and group states (router/handoff_store.py)
 
     def __post_init__(self) -> None:
         if not self.start_timeout_s > 0:
@@ -157,6 +158,8 @@ class AgentProcessConfig:
         if self.prewarm:
             args += ["--prewarm", str(self.prewarm)]
         args += ["--idle-timeout-s", str(self.idle_timeout_s)]
+        if self.handoff_dir is not None:
+            args += ["--handoff-dir", str(self.handoff_dir)]
         for spec in self.faults:
             args += ["--inject", spec.text()]
         return args

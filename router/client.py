@@ -132,7 +132,7 @@ class AgentClient:
                 sink_file=sink_file,
             )
 
-        reply = self._offload_retrying(request, timeout_s, resendable=True)
+        reply = self._retrying(self._stub.Offload, request, timeout_s, resendable=True)
         self._known.add(pid)
         if checksum(reply.payload) != reply.checksum:
             raise OffloadError(
@@ -152,10 +152,49 @@ class AgentClient:
     def offload_raw(self, request: Any, timeout_s: float | None = None) -> Any:
         """Send a prepared OffloadRequest (benchmarks reuse one encoded payload), retried like `offload`
         except that a request without the program spec cannot be fixed after an agent restart."""
-        return self._offload_retrying(lambda: request, timeout_s, resendable=False)
+        return self._retrying(self._stub.Offload, lambda: request, timeout_s, resendable=False)
 
-    def _offload_retrying(self, request: Callable[[], Any], timeout_s: float | None, resendable: bool) -> Any:
-        """Call Offload until it answers, a retry cannot help, or the budget is spent.
+    # ---- keyed stages (docs/adr/0024) ----
+
+    def stash(self, entity: str, start: int, end: int, seq: int, records: pa.Table) -> None:
+        """Keep a chunk's records (with their key group) at the agent; asking twice is harmless."""
+        ref = self._pb2.ChunkRef(entity=entity, start=start, end=end, seq=seq)
+        payload = encode(records, self.compression)
+        self._retrying(
+            self._stub.Stash, lambda: self._pb2.StashRequest(chunk=ref, payload=payload), None, False
+        )
+
+    def seal(
+        self,
+        program: ProgramSpec,
+        group: int,
+        version: int,
+        parts: list[tuple[str, int, int, int]],
+        moved: pa.Table | None,
+        forwarded: pa.Table | None,
+        watermark_ms: int,
+    ) -> tuple[pa.Table, str, bool]:
+        """Run a key group's batch on a worker; (the answer, the worker's id, whether the agent ran it)."""
+        request = self._pb2.SealRequest(
+            program=program.dumps(),
+            group=group,
+            version=version,
+            parts=[self._pb2.ChunkRef(entity=e, start=a, end=b, seq=q) for e, a, b, q in parts],
+            moved=encode(moved, self.compression) if moved is not None else b"",
+            forwarded=encode(forwarded, self.compression) if forwarded is not None else b"",
+            watermark_ms=watermark_ms,
+        )
+        reply = self._retrying(self._stub.Seal, lambda: request, None, False)
+        return decode(reply.payload), reply.worker_id, reply.ran_locally
+
+    def hand_back(self, program: ProgramSpec, group: int, version: int) -> pa.Table:
+        request = self._pb2.HandBackRequest(program=program.dumps(), group=group, version=version)
+        return decode(self._retrying(self._stub.HandBack, lambda: request, None, False).payload)
+
+    def _retrying(
+        self, method: Any, request: Callable[[], Any], timeout_s: float | None, resendable: bool
+    ) -> Any:
+        """Call `method` until it answers, a retry cannot help, or the budget is spent.
 
         A try starts only within `retry_budget_s` of the first, and none runs past the later of the
         budget's end and the first try's deadline: a budget of 0 means one plain call. `resendable`:
@@ -170,7 +209,7 @@ class AgentClient:
         while True:
             attempt_s = max(0.001, min(timeout, end - time.monotonic()))
             try:
-                return self._call(self._stub.Offload, request(), attempt_s, wait_for_ready=True)
+                return self._call(method, request(), attempt_s, wait_for_ready=True)
             except OffloadError as e:
                 if e.code in PROGRAM_FORGOTTEN_CODES:
                     self._known.clear()  # a new agent knows no program: send the spec with the next try

@@ -16,6 +16,7 @@ import logging
 import signal
 import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 from core.errors import SpongeError
@@ -84,6 +85,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--worker-log", default=None, help="embedded fleet: file for the workers' logs")
     p.add_argument(
+        "--handoff-dir",
+        default=None,
+        help="keyed stages: where stashed records and key groups' states are kept",
+    )
+    p.add_argument(
         "--inject",
         action="append",
         default=[],
@@ -141,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
                 safety_margin_s=min(2.0, args.function_timeout_s / 4),
             ),
             faults=parse_all(args.inject),
+            handoff_dir=Path(args.handoff_dir) if args.handoff_dir else None,
         )
         check_can_kill(config.faults, can_kill=args.invoker == "embedded")
     except SpongeError as e:  # before any backend is built: a typo must not start processes or clients

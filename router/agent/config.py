@@ -43,6 +43,7 @@ class AgentConfig:
     compression: str = "zstd"
     faults: tuple[FaultSpec, ...] = ()
     fault_seed: int = 1
+    handoff_dir: Path | None = None  # where keyed stages' stashed records and group states live (ADR 0024)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "faults", check_agent_faults(self.faults))

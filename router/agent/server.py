@@ -34,11 +34,13 @@ from core.wire.protocol import (
 )
 from router import stats
 from router.agent.config import AgentConfig
+from router.agent.keyed import KeyedAgent
 from router.agent.programs import ProgramRegistry, UnknownProgram
 from router.agent.worker_link import CLOSE, StreamLink
 from router.dispatcher import ChunkFailed, ChunkOutcome, ChunkTask, Dispatcher
 from router.faults import AgentFaults
 from router.fleet import FleetManager
+from router.handoff_store import ChunkRef, HandoffStore
 from router.invokers.base import Invoker
 from router.result_cache import ChunkKey, ResultCache
 
@@ -63,6 +65,11 @@ class AgentServer:
         self.programs = ProgramRegistry()
         self.dispatcher = Dispatcher(config.dispatch, self.counters, self._run_local)
         self.cache = ResultCache(config.result_cache_bytes, lambda o: len(o.payload))
+        self.keyed = (
+            KeyedAgent(HandoffStore(config.handoff_dir), self.offload, config.compression)
+            if config.handoff_dir is not None
+            else None
+        )
         self.fleet: FleetManager | None = None
         self._chunk_ids = iter(range(1, 1 << 62))
         self._ids_lock = threading.Lock()
@@ -218,20 +225,7 @@ class _Servicer:
             self._fail(context, codes.NOT_FOUND, type(e).__name__, e.one_line())
         except (ConfigError, InputError) as e:
             self._fail(context, codes.INVALID_ARGUMENT, type(e).__name__, e.one_line())
-        remaining = context.time_remaining()
-        if remaining is not None:
-            # Answer "not done yet" a little before the caller's deadline, so it gets this status (and
-            # retries) rather than racing its own DEADLINE_EXCEEDED.
-            remaining = max(0.0, remaining - min(0.5, remaining / 10))
-        try:
-            outcome: ChunkOutcome = fut.result(timeout=remaining)
-        except futures.TimeoutError:
-            self._fail(
-                context, codes.DEADLINE_EXCEEDED, "NotDoneYet", "chunk not done yet; ask again to collect it"
-            )
-        except ChunkFailed as e:
-            code = codes.UNAVAILABLE if e.error_type == "AgentStopping" else codes.INTERNAL
-            self._fail(context, code, e.error_type, f"{e.error_type}: {e.detail}")
+        outcome: ChunkOutcome = self._wait(fut, context)
         payload, crc = outcome.payload, outcome.checksum
         if request.sink_file:
             self._write_sink(request.sink_file, payload, context)
@@ -246,6 +240,75 @@ class _Servicer:
             rows_out=outcome.rows_out,
             checksum=crc,
         )
+
+    def _wait(self, fut: futures.Future[Any], context: Any) -> Any:
+        """The future's result, or the call ended with the status that says what the caller can do."""
+        codes = self.grpc.StatusCode
+        remaining = context.time_remaining()
+        if remaining is not None:
+            # Answer "not done yet" a little before the caller's deadline, so it gets this status (and
+            # retries) rather than racing its own DEADLINE_EXCEEDED.
+            remaining = max(0.0, remaining - min(0.5, remaining / 10))
+        try:
+            return fut.result(timeout=remaining)
+        except futures.TimeoutError:
+            self._fail(
+                context, codes.DEADLINE_EXCEEDED, "NotDoneYet", "chunk not done yet; ask again to collect it"
+            )
+        except ChunkFailed as e:
+            code = codes.UNAVAILABLE if e.error_type == "AgentStopping" else codes.INTERNAL
+            self._fail(context, code, e.error_type, f"{e.error_type}: {e.detail}")
+
+    # ---- keyed stages ----
+
+    def _keyed(self, context: Any) -> KeyedAgent:
+        self._check_caller(context)
+        if self.agent.keyed is None:
+            code = self.grpc.StatusCode.FAILED_PRECONDITION
+            self._fail(
+                context, code, "NoHandoffDir", "this agent keeps no keyed state (start it with --handoff-dir)"
+            )
+        assert self.agent.keyed is not None
+        return self.agent.keyed
+
+    def Stash(self, request: Any, context: Any) -> Any:
+        keyed = self._keyed(context)
+        c = request.chunk
+        try:
+            keyed.stash(ChunkRef(c.entity, c.start, c.end, c.seq), request.payload)
+        except (ValueError, InputError) as e:
+            self._fail(context, self.grpc.StatusCode.INVALID_ARGUMENT, type(e).__name__, str(e))
+        return self.pb2.StashReply()
+
+    def Seal(self, request: Any, context: Any) -> Any:
+        keyed = self._keyed(context)
+        refs = [ChunkRef(c.entity, c.start, c.end, c.seq) for c in request.parts]
+        try:
+            fut = keyed.seal(
+                request.program,
+                request.group,
+                request.version,
+                refs,
+                request.moved,
+                request.forwarded,
+                request.watermark_ms,
+            )
+        except KeyError as e:  # a stashed chunk or a state version that is not there: never guess
+            self._fail(context, self.grpc.StatusCode.FAILED_PRECONDITION, "MissingKeyedState", str(e))
+        except (ConfigError, InputError) as e:
+            self._fail(context, self.grpc.StatusCode.INVALID_ARGUMENT, type(e).__name__, e.one_line())
+        answer, outcome = self._wait(fut, context)
+        return self.pb2.SealReply(
+            payload=answer, worker_id=outcome.worker_id, ran_locally=outcome.ran_locally
+        )
+
+    def HandBack(self, request: Any, context: Any) -> Any:
+        keyed = self._keyed(context)
+        try:
+            payload = keyed.hand_back(request.program, request.group, request.version)
+        except KeyError as e:
+            self._fail(context, self.grpc.StatusCode.FAILED_PRECONDITION, "MissingKeyedState", str(e))
+        return self.pb2.HandBackReply(payload=payload)
 
     def _write_sink(self, sink_file: str, payload: bytes, context: Any) -> None:
         """Write a chunk's output where the caller asked (a retry finds it written already)."""

@@ -1,0 +1,98 @@
+"""The agent's part in keyed stages, with real worker processes: stashed chunks sealed group by group
+decide what the step decides in place; a seal asked again answers the same, also from a new agent."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import pytest
+
+from core.nexmark.generator import GeneratorConfig, generate
+from core.nexmark.params import QueryParams
+from core.nexmark.queries import get_query
+from core.offload_plan import key_groups_of
+from lambda_worker.keyed import GROUP, KeyedProgram
+from lambda_worker.program import ProgramSpec
+from merge.frames import unpack
+from merge.keyed_groups import read_answer, seal_request
+from router import stats
+from router.agent.server import AgentServer
+from router.client import AgentClient, OffloadError
+from router.invokers.embedded import EmbeddedFleet, EmbeddedFleetConfig
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+
+Q4 = ProgramSpec("q4", ("winner_at_close6",))
+KEYS = {"auction": "id", "bid": "auction"}
+EVENTS = 6_000
+END_MS = 10**15
+
+
+def _records(entity: str) -> pa.Table:
+    records = generate(GeneratorConfig(seed=5, events=EVENTS), entity, 0, EVENTS)
+    table = pa.Table.from_batches([records])
+    return table.append_column(GROUP, pa.array(key_groups_of(table[KEYS[entity]])))
+
+
+def _fleet(tmp_path: Path) -> EmbeddedFleet:
+    return EmbeddedFleet(EmbeddedFleetConfig(concurrency_limit=2, log_path=str(tmp_path / "w.log")))
+
+
+def test_sealed_groups_decide_what_the_step_decides_and_a_repeat_answers_the_same(
+    make_agent: Callable[..., AgentServer], secret: bytes, tmp_path: Path
+) -> None:
+    agent = make_agent(_fleet(tmp_path), agent={"handoff_dir": tmp_path / "handoff"})
+    client = AgentClient(agent.address, secret)
+    tables = {e: _records(e) for e in KEYS}
+    for entity, table in tables.items():
+        client.stash(entity, 0, EVENTS, 0, table)
+    client.stash("bid", 0, EVENTS, 0, tables["bid"])  # a retried task: harmless
+    program = KeyedProgram.from_plan(get_query("q4").plan(QueryParams()), "winner_at_close6")
+    groups = sorted(set(tables["bid"][GROUP].to_pylist()))[:6]
+    for g in groups:
+        parts = [(e, 0, EVENTS, 0) for e in KEYS]
+        answer, worker, ran_locally = client.seal(Q4, g, 0, parts, None, None, 0)
+        _, out, due = read_answer(answer)
+        # In place: the same records through the worker's own program.
+        here = {e: pl.from_arrow(t).filter(pl.col(GROUP) == g) for e, t in tables.items()}
+        _, want_out, want_due = read_answer(program.run_table(seal_request({}, here, None, 0)))
+        assert due == want_due and (out is None) == (want_out is None)
+        assert worker or ran_locally
+        # The group's state is kept: closing everything decides the same winners as in place.
+        closed, _, _ = client.seal(Q4, g, 1, [], None, None, END_MS)
+        again, _, _ = client.seal(Q4, g, 1, [], None, None, END_MS)  # a replayed batch
+        assert closed.equals(again)
+        state = unpack(client.hand_back(Q4, g, 2))[0]
+        assert all(f is None or f.height == 0 for f in state.values())  # every auction closed
+    assert agent.counters.get(stats.operator_offloaded("winner_at_close6")) > 0
+
+
+def test_a_new_agent_over_the_same_directory_seals_from_the_stored_version(
+    make_agent: Callable[..., AgentServer], secret: bytes, tmp_path: Path
+) -> None:
+    first = make_agent(None, agent={"handoff_dir": tmp_path / "handoff"})  # no fleet: the agent runs it
+    client = AgentClient(first.address, secret)
+    table = _records("auction")
+    client.stash("auction", 0, EVENTS, 0, table)
+    g = table[GROUP][0].as_py()
+    client.seal(Q4, g, 0, [("auction", 0, EVENTS, 0)], None, None, 0)
+    first.stop(grace_s=0.1)
+    second = make_agent(None, agent={"handoff_dir": tmp_path / "handoff"})
+    state = unpack(AgentClient(second.address, secret).hand_back(Q4, g, 1))[0]
+    assert (
+        state["open"] is not None
+        and state["open"].height == table.filter(pa.compute.equal(table[GROUP], g)).num_rows
+    )
+
+
+def test_a_seal_naming_a_chunk_never_stashed_is_refused(
+    make_agent: Callable[..., AgentServer], secret: bytes, tmp_path: Path
+) -> None:
+    agent = make_agent(None, agent={"handoff_dir": tmp_path / "handoff"})
+    client = AgentClient(agent.address, secret, retry_budget_s=0)
+    with pytest.raises(OffloadError) as info:
+        client.seal(Q4, 3, 0, [("bid", 0, 10, 0)], None, None, 0)
+    assert info.value.code == "FAILED_PRECONDITION" and "bid-0-10-0" in str(info.value)
