@@ -31,6 +31,8 @@ from core.plan import (
 )
 
 _KEYED = (WindowJoin, WinnerAtClose, LatestAggregate)
+STEPPED = (WinnerAtClose,)
+"""The keyed operators whose step a worker can run (merge/winner.py): the stages that leave the VM."""
 
 
 @dataclass(frozen=True)

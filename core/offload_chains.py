@@ -10,13 +10,16 @@ stateless operators and stops
 * at a tumbling-window join whose only reader counts its pairs (Q8; core/fusions.py): workers count
   their records of the join's side per window and key, and the VM's fused operator adds those counts
   to its own before it multiplies the sides (kind "side_counts", merge/join_count.py);
+* into a keyed stage whose step a worker can run (Q4/Q6's close decisions; core/keyed_stages.py):
+  the source's records of the key groups the plan owns are stashed at the agent, and the operator's
+  VM processor runs each group's batch on a worker (kind "keyed", ADR 0024);
 * before any other operator (a join, a top-k, a sink, a non-mergeable aggregate) or a fan-out:
   workers return the chain's output rows, which join the VM's rows of the same chain (kind "rows").
   A rows chain that feeds the sink alone (`to_sink`) needs nothing more from the VM: its rows go
   straight into the output (core/direct_sink.py).
 
-Q3's join and the close decisions of Q4 and Q6 (winner_at_close, latest_aggregate) keep their state
-on the VMs: only their stateless upstream work is offloaded. The chain's node ids name the transient
+Q3's join and Q6's running average (latest_aggregate) keep their state on the VMs: only their stateless
+upstream work is offloaded. The chain's node ids name the transient
 program (lambda_worker/program.py).
 """
 
@@ -27,11 +30,13 @@ from dataclasses import dataclass
 from core.aggregate_signatures import signature
 from core.expr import Col
 from core.fusions import join_counts
+from core.keyed_stages import STEPPED, keyed_stages
 from core.plan import WINDOW, Filter, FlatMap, KeyBy, LogicalPlan, Map, Sink, Source, WindowAggregate
 
 ROWS = "rows"
 PARTIAL = "partial"
 SIDE_COUNTS = "side_counts"
+KEYED = "keyed"
 _STATELESS = (Map, Filter, KeyBy, FlatMap)
 EVENT_TIME = "date_time"
 
@@ -52,10 +57,17 @@ class OffloadChain:
     event_time: str | None
     to_sink: bool = False
     fused: tuple[str, ...] = ()
+    keyed_op: str = ""  # kind "keyed": the operator whose key groups the chain's records feed
+    keys: tuple[str, ...] = ()  # kind "keyed": the source columns that are the operator's key
 
     @property
     def last(self) -> str:
         return self.node_ids[-1]
+
+    @property
+    def merges_at(self) -> str:
+        """The VM node where the workers' output joins the VM's: a keyed stage's operator, or the last."""
+        return self.keyed_op or self.last
 
     @property
     def partial_states(self) -> bool:
@@ -86,6 +98,13 @@ def chain_for(plan: LogicalPlan, source_id: str) -> OffloadChain | None:
     """The offload chain of one source, or None when nothing after it can run on a worker."""
     src = plan.node(source_id).op
     assert isinstance(src, Source)
+    for stage in keyed_stages(plan):
+        if isinstance(plan.node(stage.op_id).op, STEPPED):
+            for inp in stage.inputs:
+                if inp.source_id == source_id:
+                    return OffloadChain(
+                        source_id, src.entity, inp.node_ids, KEYED, None, keyed_op=stage.op_id, keys=inp.keys
+                    )
     ids: list[str] = []
     kind = ROWS
     event_time: str | None = EVENT_TIME

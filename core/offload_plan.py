@@ -109,6 +109,13 @@ class OffloadPlan:
             )
 
     @classmethod
+    def of_share(cls, version: int, share: float, workers: int) -> OffloadPlan:
+        """The plan that offloads `share`: that share of the records of streams routed by record, and
+        the first ceil(share x KEY_GROUPS) key groups of streams that feed a keyed stage."""
+        groups = frozenset(range(math.ceil(float(share) * KEY_GROUPS))) if 0 <= share <= 1 else frozenset()
+        return cls(version=version, share=share, key_groups=groups, workers=workers)
+
+    @classmethod
     def local(cls, version: int = 0) -> OffloadPlan:
         """The plan of an epoch that offloads nothing (non-scaling periods)."""
         return cls(version=version)

@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -258,3 +259,17 @@ class AgentClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+_shared: dict[tuple[str, str], AgentClient] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_client(address: str, secret_file: str, timeout_s: float) -> AgentClient:
+    """One client (one gRPC channel) per agent per process, reused by every task and processor call."""
+    key = (address, secret_file)
+    with _shared_lock:
+        if key not in _shared:
+            secret = Path(secret_file).read_text().strip().encode()
+            _shared[key] = AgentClient(address, secret, timeout_s=timeout_s)
+        return _shared[key]

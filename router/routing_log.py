@@ -34,14 +34,14 @@ import json
 import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from core import atomic_write
 from core.errors import ConfigError, InputError
-from core.offload_plan import OffloadPlan, offloaded_mask
+from core.offload_plan import KEY_GROUPS, OffloadPlan, offloaded_mask
 
 PLAN_FILE = "plan.json"
 _CORRUPT_HINT = (
@@ -245,11 +245,14 @@ def covering(segments: Sequence[Segment], start: int, end: int) -> tuple[Segment
     return tuple(out)
 
 
-def routed_mask(segments: Sequence[Segment], record_ids: np.ndarray) -> np.ndarray:
+def routed_mask(
+    segments: Sequence[Segment], record_ids: np.ndarray, groups: np.ndarray | None = None
+) -> np.ndarray:
     """True for each record (by its source offset) that its segment's plan sends to the workers.
 
-    Routing is by record share; a plan that offloads key groups is refused by `offloaded_mask`
-    until the readers hand it the key column.
+    A stream that feeds a keyed stage passes each record's key group (`groups`) and is routed by the
+    plan's key groups alone, so every record of a group goes one way (ADR 0024); any other stream is
+    routed by the plan's record share alone.
     """
     ids = np.asarray(record_ids, dtype=np.int64)
     mask = np.zeros(len(ids), dtype=bool)
@@ -258,6 +261,12 @@ def routed_mask(segments: Sequence[Segment], record_ids: np.ndarray) -> np.ndarr
             continue
         stop = segments[i + 1].start if i + 1 < len(segments) else np.iinfo(np.int64).max
         sel = (ids >= seg.start) & (ids < stop)
-        if sel.any():
-            mask[sel] = offloaded_mask(seg.plan, None, ids[sel])
+        if not sel.any():
+            continue
+        if groups is None:
+            mask[sel] = offloaded_mask(replace(seg.plan, key_groups=frozenset()), None, ids[sel])
+        else:
+            owned = np.zeros(KEY_GROUPS, dtype=bool)
+            owned[sorted(seg.plan.key_groups)] = True
+            mask[sel] = owned[np.asarray(groups)[sel]]
     return mask

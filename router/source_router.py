@@ -17,7 +17,6 @@ moves its watermark, so windows close on time whatever the share.
 from __future__ import annotations
 
 import os
-import threading
 import time
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -32,7 +31,8 @@ import pyarrow as pa
 from core.direct_sink import chunk_file
 from core.errors import ConfigError
 from core.nexmark.schema import END_OF_STREAM_TIME_US, ENTITIES, TIMESTAMP, schema_for
-from core.offload_plan import DEFAULT_OFFLOAD_COST, record_units
+from core.offload_plan import DEFAULT_OFFLOAD_COST, key_groups_of, record_units
+from router.keyed_route import RECEIPT_FIELDS, stash_chunks, with_groups
 
 if TYPE_CHECKING:
     from core.nexmark.generator import GeneratorConfig
@@ -71,6 +71,7 @@ class RouteOptions:
     request_timeout_s: float = 600.0
     offload_cost: float = DEFAULT_OFFLOAD_COST
     direct_sink: str = ""
+    keys: tuple[str, ...] = ()  # a stream feeding a keyed stage: its key columns; routed by key group
 
     @classmethod
     def parse(cls, opts: Mapping[str, str]) -> RouteOptions | None:
@@ -94,6 +95,7 @@ class RouteOptions:
             fault_dir=opts.get("fault_dir", ""),
             offload_cost=float(opts.get("offload_cost", DEFAULT_OFFLOAD_COST)),
             direct_sink=opts.get("direct_sink", ""),
+            keys=tuple(k for k in opts.get("keys", "").split(",") if k),
         )
         if route == OFFLOAD and not (parsed.program and parsed.agent and parsed.secret_file):
             raise ConfigError("the offload route needs the program, agent and secret_file options")
@@ -138,11 +140,12 @@ def _heartbeat_field() -> pa.Field:
 
 def output_schema(entity: str, route: RouteOptions) -> pa.Schema:
     """The Arrow schema of a routed stream: the entity's records, or the chain's output; plus `_hb`."""
-    base = (
-        schema_for(entity)
-        if route.route == LOCAL
-        else route.compiled().output_schema(sent_schema(entity, route))
-    )
+    if route.route == LOCAL:
+        base = list(schema_for(entity))
+    elif route.keys:
+        base = list(RECEIPT_FIELDS)
+    else:
+        base = list(route.compiled().output_schema(sent_schema(entity, route)))
     return pa.schema([*base, _heartbeat_field()])
 
 
@@ -199,19 +202,26 @@ def read_routed(
 
     schema = output_schema(entity, route)
     stop = min(end, config.events)
-    # Which records this route keeps depends on their offsets alone: build only those.
+    # Which records this route keeps depends on their offsets (and keys) alone: build only those.
     ids = event_ids(entity, start, stop)
-    keep = routed_mask(segments, ids)
+    groups = None
+    if route.keys:
+        keys = pa.Table.from_batches([generate_ids(config, entity, ids, list(route.keys))])
+        groups = key_groups_of(keys.select(list(route.keys)))
+    keep = routed_mask(segments, ids, groups)
     if route.route == LOCAL:
         keep = ~keep
     if keep.any():
         columns = None if route.route == LOCAL else sent_columns(entity, route)
+        if route.keys and columns is not None:
+            columns = [c for c in schema_for(entity).names if c in {*columns, *route.keys, "date_time"}]
         records = generate_ids(config, entity, ids[keep], columns)
-        tables = (
-            [pa.Table.from_batches([records])]
-            if route.route == LOCAL
-            else _offload(route, entity, start, end, records, segments)
-        )
+        if route.route == LOCAL:
+            tables = [pa.Table.from_batches([records])]
+        elif groups is not None:
+            tables = [_stash(route, entity, start, end, with_groups(records, groups[keep]))]
+        else:
+            tables = _offload(route, entity, start, end, records, segments)
         for table in tables:
             if table.num_rows:
                 yield from _with_heartbeat_column(table, schema)
@@ -226,20 +236,11 @@ def read_routed(
 
 # ---- talking to the agent -----------------------------------------------------------------------
 
-_clients: dict[tuple[str, str], AgentClient] = {}
-_clients_lock = threading.Lock()
-
 
 def _client(route: RouteOptions) -> AgentClient:
-    """One client (one gRPC channel) per agent per Python worker process, reused by every task."""
-    from router.client import AgentClient
+    from router.client import shared_client
 
-    key = (route.agent, route.secret_file)
-    with _clients_lock:
-        if key not in _clients:
-            secret = Path(route.secret_file).read_text().strip().encode()
-            _clients[key] = AgentClient(route.agent, secret, timeout_s=route.request_timeout_s)
-        return _clients[key]
+    return shared_client(route.agent, route.secret_file, route.request_timeout_s)
 
 
 def _offload(
@@ -271,6 +272,16 @@ def _offload(
     lanes = max(1, min(route.parallelism, workers, len(chunks)))
     with ThreadPoolExecutor(lanes, thread_name_prefix="offload") as pool:
         return list(pool.map(one, range(len(chunks))))
+
+
+def _stash(route: RouteOptions, entity: str, start: int, end: int, records: pa.Table) -> pa.Table:
+    """Keep a keyed stream's records at the agent, chunk by chunk; the receipts (router/keyed_route.py)."""
+    client = _client(route)
+
+    def stash(seq: int, chunk: pa.Table) -> None:
+        client.stash(entity, start, end, seq, chunk)
+
+    return stash_chunks(records, start, end, route.chunk_rows, route.parallelism, stash, "date_time")
 
 
 # ---- injected task failures ---------------------------------------------------------------------

@@ -24,13 +24,14 @@ Why some lowerings look the way they do:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from core.errors import PlanError
 from core.fusions import join_counts, keyed_pairs
-from core.offload_chains import PARTIAL, ROWS, SIDE_COUNTS, OffloadChain
+from core.offload_chains import KEYED, PARTIAL, ROWS, SIDE_COUNTS, OffloadChain
 from core.plan import (
     WINDOW,
     AggCall,
@@ -319,14 +320,16 @@ def lower_rewritten(
     sources: SourceFactory,
     chains: tuple[OffloadChain, ...] = (),
     offloaded: OffloadedFactory | None = None,
+    seal_service: Callable[[str], Any] | None = None,
 ) -> dict[str, DataFrame]:
     """Lower the VM side of a rewritten plan; returns the DataFrame of every sink by sink name.
 
     With `chains`, each chain's sources are the VM share of a routed read, and `offloaded(chain)` is
     the stream of what the workers returned for the other share: the chain's last node merges the
     two (a union of rows, an aggregate over both in partial form, or a fused join count over the
-    VM's rows and the workers' side counts). Without, routers and merges
-    are inactive and lower to the identity.
+    VM's rows and the workers' side counts). A keyed chain's stream is receipts of stashed records,
+    which its operator's processor seals through `seal_service(op_id)` (ADR 0024). Without chains,
+    routers and merges are inactive and lower to the identity.
     """
     frames: dict[str, DataFrame] = {}
     sinks: dict[str, DataFrame] = {}
@@ -335,7 +338,7 @@ def lower_rewritten(
     pending = [nid for nid in vm_nodes if nid not in order]
     ends: dict[str, list[OffloadChain]] = {}
     for c in chains:
-        ends.setdefault(c.last, []).append(c)
+        ends.setdefault(c.merges_at, []).append(c)
     fusion = _Fusion(plan.logical)
     if chains and offloaded is None:
         raise PlanError("offload chains given without the stream of the workers' results")
@@ -351,7 +354,11 @@ def lower_rewritten(
             ending = ends.get(node_id, [])
             results = {c: offloaded(c) for c in ending} if offloaded is not None else {}
             partials = [results[c] for c in ending if c.kind == PARTIAL]
-            if partials:
+            receipts = {c.entity: results[c] for c in ending if c.kind == KEYED}
+            if receipts:
+                assert isinstance(op, WinnerAtClose) and seal_service is not None
+                df = winner_at_close(ins[0], ins[1], op, receipts, seal_service(node_id))
+            elif partials:
                 assert isinstance(op, WindowAggregate) and len(ending) == 1
                 df = merge_aggregate(ins[0], partials[0], op, partials_only=node_id in fusion.aggregates)
             else:

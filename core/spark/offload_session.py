@@ -18,7 +18,7 @@ from typing import Any
 from core.errors import ConfigError
 from core.fault_spec import AGENT_KINDS, AGENT_RESTART, QUERY_RESTART, TASK_FAILURE, FaultSpec, of_kind
 from core.nexmark.params import QueryParams
-from core.offload_chains import PARTIAL, OffloadChain
+from core.offload_chains import KEYED, PARTIAL, OffloadChain
 from core.offload_plan import DEFAULT_OFFLOAD_COST, OffloadPlan
 
 TARGETS = ("embedded", "localstack", "aws")  # localstack and aws: a stack deployed by `sponge deploy`
@@ -72,7 +72,7 @@ class OffloadConfig:
             raise ConfigError(f"chunk rows must be positive, got {self.chunk_rows}")
 
     def plan(self) -> OffloadPlan:
-        return OffloadPlan(version=1, share=self.share, workers=self.workers)
+        return OffloadPlan.of_share(1, self.share, self.workers)
 
 
 class OffloadSession:
@@ -109,6 +109,7 @@ class OffloadSession:
                 cpus=self.config.worker_cpus,
                 prewarm=self.config.prewarm,
                 idle_timeout_s=self.config.idle_timeout_s,
+                handoff_dir=self.dir / "handoff",
             )
         )
         self.agent.start()
@@ -163,7 +164,7 @@ class OffloadSession:
         from router.routing_log import write_current_plan
 
         self._version += 1
-        plan = OffloadPlan(version=self._version, share=share, workers=min(workers, self.config.workers))
+        plan = OffloadPlan.of_share(self._version, share, min(workers, self.config.workers))
         write_current_plan(self.dir, plan)
         return plan
 
@@ -233,8 +234,16 @@ class OffloadSession:
         }
 
     def local_routes(self, chains: tuple[OffloadChain, ...]) -> dict[str, dict[str, str]]:
-        """Options of the VM share's read, by entity."""
-        return {c.entity: {"route": "local", **self._common()} for c in chains}
+        """Options of the VM share's read, by entity (a keyed stage's input routes by its key)."""
+        return {c.entity: {"route": "local", "keys": ",".join(c.keys), **self._common()} for c in chains}
+
+    def seal_service(self, op_id: str) -> Any:
+        """What a keyed stage's VM processor calls to run a group's batch on a worker (ADR 0024)."""
+        from lambda_worker.program import ProgramSpec
+        from router.seal_service import AgentSealService
+
+        spec = ProgramSpec(self.query, (op_id,), self.params.window_size_s, self.params.window_slide_s)
+        return AgentSealService(self.agent.address, str(self.secret_file), spec.dumps())
 
     def offloaded(self, spark: Any, run_config: Any, pace_origin: float) -> Callable[[OffloadChain], Any]:
         """The factory of the workers' result streams, one per chain (see core/spark/lower.py)."""
@@ -246,6 +255,10 @@ class OffloadSession:
                 self.query, chain.node_ids, self.params.window_size_s, self.params.window_slide_s
             )
             time_column = "window_start" if chain.partial_states else chain.event_time
+            if chain.kind == KEYED:
+                from router.keyed_route import TIME
+
+                time_column = TIME
             options: Mapping[str, str] = {
                 "route": "offload",
                 "program": spec.dumps(),
@@ -255,6 +268,7 @@ class OffloadSession:
                 "chunk_rows": str(self.config.chunk_rows),
                 "parallelism": str(self.config.workers),
                 "direct_sink": str(self.out) if chain.to_sink else "",
+                "keys": ",".join(chain.keys),
                 **self._common(),
             }
             df = generated_stream(spark, run_config, chain.entity, pace_origin, options)

@@ -22,7 +22,7 @@ from core.errors import ConfigError, SpongeError
 from core.nexmark.generator import GeneratorConfig, event_ids
 from core.nexmark.params import QueryParams
 from core.nexmark.queries import get_query
-from core.offload_chains import offload_chains
+from core.offload_chains import OffloadChain, offload_chains
 from core.plan import Source
 from core.rewrite import rewrite
 from core.spark.jvm_failure import JvmWatch
@@ -147,7 +147,7 @@ def _run_query(
         progress = session.watching_epochs(progress)
         sources = nexmark_sources(spark, config, started, session.local_routes(chains))
         offloaded = session.offloaded(spark, config, started)
-        sinks = lower_rewritten(rewritten, sources, chains, offloaded)
+        sinks = lower_rewritten(rewritten, sources, chains, offloaded, session.seal_service)
         n_sources += len(chains)  # each chain's source is read twice: the VM share and the workers' share
     (sink_df,) = sinks.values()
     if hooks is not None:
@@ -179,7 +179,7 @@ def _run_query(
     else:  # routed streams also carry heartbeats and workers' results: count the records themselves
         entities = [n.op.entity for n in logical.nodes if isinstance(n.op, Source)]
         records_in = sum(len(event_ids(e, 0, config.generator.events)) for e in entities)
-    routed = routed_to_workers(config, out, [c.entity for c in chains]) if session is not None else 0
+    routed = routed_to_workers(config, out, chains) if session is not None else 0
     summary = {
         "query": config.query,
         "events": records_in if config.input is not None else config.generator.events,
@@ -216,12 +216,25 @@ def memory_in_force(spark: SparkConfig) -> dict[str, Any]:
     return recorded
 
 
-def routed_to_workers(config: RunConfig, out: Path, entities: Sequence[str]) -> int:
-    """Records the routing log sent to the workers' share, over the routed `entities` (deterministic)."""
+def routed_to_workers(config: RunConfig, out: Path, chains: Sequence[OffloadChain]) -> int:
+    """Records the routing log sent to the workers' share, over the chains' sources (deterministic; a
+    keyed stage's inputs by their records' key groups)."""
+    import pyarrow as pa
+
+    from core.nexmark.generator import generate_ids
+    from core.offload_plan import key_groups_of
     from router.routing_log import RoutingLog, routed_mask
 
     segments = RoutingLog(out / OFFLOAD_DIR).segments()
-    return sum(int(routed_mask(segments, event_ids(e, 0, config.generator.events)).sum()) for e in entities)
+    total = 0
+    for c in chains:
+        ids = event_ids(c.entity, 0, config.generator.events)
+        groups = None
+        if c.keys:
+            keys = pa.Table.from_batches([generate_ids(config.generator, c.entity, ids, list(c.keys))])
+            groups = key_groups_of(keys.select(list(c.keys)))
+        total += int(routed_mask(segments, ids, groups).sum())
+    return total
 
 
 def stream_to_end(

@@ -8,9 +8,12 @@ and the best right row so far (one row), plus the right rows a later entity coul
 not yet behind the watermark); an entity's row is emitted and dropped when the watermark passes its
 close. So the state is bounded by the open entities, whatever the run's length.
 
-The input is both sides in one stream, grouped by a bucket of the join key (one Python call per
-bucket and micro-batch, the bucket's entities in one frame, merge/spark/frame_state.py). The step
-over that frame is merge/winner.py's, which a worker can run over the same state. Timestamps
+The input is both sides in one stream, grouped by a bucket of the join key's group (one Python call
+per bucket and micro-batch, the bucket's entities in one frame, merge/spark/frame_state.py). The step
+over that frame is merge/winner.py's. During a burst, key groups the workers hold arrive as receipts
+of records stashed at the agent, and the processor runs each such group's batch on a worker through
+a seal, by merge/keyed_groups.py's rule (ADR 0024): the group's outputs are the processor's own, in
+the same batch, and its bookkeeping is checkpointed with the rest of the state. Timestamps
 cross into Python as int64 microseconds; the other side's integer columns are zeros, not nulls, so
 pandas keeps them int64. Exactly-once comes from Spark: state and timers are checkpointed with the
 epoch, and a replayed epoch re-sends the same rows. The best of the already-best row and a candidate
@@ -23,9 +26,12 @@ that no later one could (its time is behind the watermark).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Protocol
 
 import pandas as pd
+import polars as pl
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import (
@@ -34,75 +40,265 @@ from pyspark.sql.streaming.stateful_processor import (
     StatefulProcessorHandle,
     TimerValues,
 )
-from pyspark.sql.types import IntegralType, StructType, TimestampType
+from pyspark.sql.types import IntegralType, StructField, StructType, TimestampType
 
+from core.offload_plan import KEY_GROUPS, key_groups_of
 from core.plan import WinnerAtClose
-from merge.spark.frame_state import FrameValue, NextTimer, bucket_of, input_frame
-from merge.winner import SIDE, Decided, WinnerSpec, WinnerState, expire, key_column, step
+from merge.keyed_groups import Frames, GroupState, Where, after, decide
+from merge.spark.frame_state import FrameValue, NextTimer, input_frame
+from merge.winner import LID, SIDE, WinnerSpec, WinnerState, expire, key_column, state_frames, state_of, step
 
-_BUCKET = "sponge_bucket"  # the group: a hash bucket of the join key
+_BUCKET = "sponge_bucket"  # the group: a bucket of key groups
+GROUP = "sponge_group"  # a row's key group: Spark's pmod(xxhash64(key), 128), as the router's
+RECEIPT = ("sponge_entity", "sponge_start", "sponge_end", "sponge_seq")  # a stashed chunk's name
+_RECEIPT_SIDE = 2
+_HELD = {"group": pl.Int64, "on_workers": pl.Boolean, "version": pl.Int64, "next_due_ms": pl.Int64}
+
+
+class SealService(Protocol):
+    """The agent, as the processor sees it (router/seal_service.py): picklable, no router import."""
+
+    def seal(
+        self,
+        group: int,
+        version: int,
+        parts: list[tuple[str, int, int, int]],
+        moved: Frames | None,
+        forwarded: pl.DataFrame | None,
+        watermark_ms: int,
+    ) -> tuple[pl.DataFrame | None, int | None]: ...
+
+    def hand_back(self, group: int, version: int) -> dict[str, pl.DataFrame | None]: ...
 
 
 class WinnerProcessor(StatefulProcessor):
-    """The state of one bucket of keys kept in two frames; the step itself is merge/winner.py's."""
+    """The state of one bucket of key groups: the VM-held entities in two frames, the step itself
+    merge/winner.py's, and (with a seal service) which groups workers hold."""
 
-    def __init__(self, spec: WinnerSpec) -> None:
+    def __init__(self, spec: WinnerSpec, service: SealService | None = None) -> None:
         self.spec = spec
+        self.service = service
+        self.names = [*spec.columns, GROUP, *RECEIPT]
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.open = FrameValue(handle, "open")
         self.pending = FrameValue(handle, "pending")
         self.timer = NextTimer(handle, "next_timer")
+        self.groups = FrameValue(handle, "groups")
 
     def handleInputRows(
         self, key: tuple, rows: Iterator[pd.DataFrame], timerValues: TimerValues
     ) -> Iterator[pd.DataFrame]:
         watermark = timerValues.getCurrentWatermarkInMs()
-        new = input_frame(rows, self.spec.columns, list(self.spec.timestamps))
-        yield from self._keep(step(self.spec, self._state(), new, watermark), watermark)
+        yield from self._run(input_frame(rows, self.names, list(self.spec.timestamps)), watermark)
 
     def handleExpiredTimer(
         self, key: tuple, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
     ) -> Iterator[pd.DataFrame]:
         watermark = max(timerValues.getCurrentWatermarkInMs(), expiredTimerInfo.getExpiryTimeInMs())
-        yield from self._keep(expire(self.spec, self._state(), watermark), watermark)
+        yield from self._run(None, watermark)
 
-    def _state(self) -> WinnerState:
-        return WinnerState(self.open.get(), self.pending.get())
-
-    def _keep(self, decided: Decided, watermark_ms: int) -> Iterator[pd.DataFrame]:
-        if decided.state.open is not None:
-            self.open.put(decided.state.open)
-        if decided.state.pending is not None:
-            self.pending.put(decided.state.pending)
-        self.timer.ensure(decided.next_due_ms, watermark_ms)
+    def _run(self, new: pl.DataFrame | None, watermark_ms: int) -> Iterator[pd.DataFrame]:
+        s = self.spec
+        local = new.filter(pl.col(SIDE) != _RECEIPT_SIDE) if new is not None else None
+        vm = WinnerState(self.open.get(), self.pending.get())
+        outs: list[pl.DataFrame] = []
+        held = self._held()
+        if self.service is not None:
+            receipts = new.filter(pl.col(SIDE) == _RECEIPT_SIDE) if new is not None else None
+            local, vm = self._groups_elsewhere(local, receipts, vm, held, watermark_ms, outs)
+        decided = (
+            step(s, vm, local.select(s.columns), watermark_ms)
+            if local is not None
+            else expire(s, vm, watermark_ms)
+        )
+        vm = decided.state
         if decided.won is not None and decided.won.height:
-            yield decided.won.to_pandas()
+            outs.append(decided.won)
+        if vm.open is not None:
+            self.open.put(vm.open)
+        if vm.pending is not None:
+            self.pending.put(vm.pending)
+        self._keep_held(held)
+        dues = [g.next_due_ms for g in held.values() if g.on_workers and g.next_due_ms is not None]
+        if decided.next_due_ms is not None:
+            dues.append(decided.next_due_ms)
+        self.timer.ensure(min(dues) if dues else None, watermark_ms)
+        for out in outs:
+            yield out.select(*s.left, *s.right).to_pandas()
+
+    def _groups_elsewhere(
+        self,
+        local: pl.DataFrame | None,
+        receipts: pl.DataFrame | None,
+        vm: WinnerState,
+        held: dict[int, GroupState],
+        watermark_ms: int,
+        outs: list[pl.DataFrame],
+    ) -> tuple[pl.DataFrame | None, WinnerState]:
+        """Carry out each group's decision (merge/keyed_groups.py) but the VM's own step; return the
+        rows and state left to it."""
+        assert self.service is not None
+        local_groups = set(local[GROUP].to_list()) if local is not None else set()
+        stashed = receipts.group_by(GROUP).agg(*RECEIPT) if receipts is not None and receipts.height else None
+        refs: dict[int, list[tuple[str, int, int, int]]] = (
+            {
+                r[GROUP]: list(zip(*(r[c] for c in RECEIPT), strict=True))
+                for r in stashed.iter_rows(named=True)
+            }
+            if stashed is not None
+            else {}
+        )
+        due = {g for g, st in held.items() if st.on_workers and st.next_due_ms is not None}
+        for g in sorted(local_groups | set(refs) | due):
+            st = held.get(g, GroupState())
+            d = decide(st, g in local_groups, g in refs, watermark_ms)
+            if d.where is Where.WORKERS:
+                moved = None
+                if d.move_in:
+                    taken, vm = _take(vm, g, self.spec)
+                    moved = state_frames(taken)
+                forwarded = None
+                if d.forward and local is not None:
+                    forwarded = local.filter(pl.col(GROUP) == g).select(self.spec.columns)
+                    local = local.filter(pl.col(GROUP) != g)
+                out, next_due = self.service.seal(
+                    g, st.version, refs.get(g, []), moved, forwarded, watermark_ms
+                )
+                if out is not None and out.height:
+                    outs.append(out)
+                held[g] = after(st, d, next_due)
+            elif d.where is Where.VM and d.hand_back:
+                vm = _merge(vm, state_of(self.service.hand_back(g, st.version)))
+                held[g] = after(st, d, None)
+        return local, vm
+
+    def _held(self) -> dict[int, GroupState]:
+        frame = self.groups.get()
+        if frame is None:
+            return {}
+        return {
+            r["group"]: GroupState(r["on_workers"], r["version"], r["next_due_ms"])
+            for r in frame.iter_rows(named=True)
+        }
+
+    def _keep_held(self, held: Mapping[int, GroupState]) -> None:
+        kept = {g: st for g, st in held.items() if st != GroupState()}
+        self.groups.put(
+            pl.DataFrame(
+                {
+                    "group": list(kept),
+                    "on_workers": [st.on_workers for st in kept.values()],
+                    "version": [st.version for st in kept.values()],
+                    "next_due_ms": [st.next_due_ms for st in kept.values()],
+                },
+                schema={
+                    "group": pl.Int64,
+                    "on_workers": pl.Boolean,
+                    "version": pl.Int64,
+                    "next_due_ms": pl.Int64,
+                },
+            )
+        )
 
     def close(self) -> None:
         pass
 
 
+def _groups_of(frame: pl.DataFrame, spec: WinnerSpec) -> pl.Series:
+    keys = pa.table({k: frame[k].to_arrow() for k in spec.keys})
+    return pl.Series(key_groups_of(keys).astype("int64"))
+
+
+def _take(vm: WinnerState, group: int, spec: WinnerSpec) -> tuple[WinnerState, WinnerState]:
+    """(the group's entities and pending rows, the rest): what moves to the workers with a seal."""
+    taken, kept = [], []
+    for frame in (vm.open, vm.pending):
+        if frame is None:
+            taken.append(None)
+            kept.append(None)
+            continue
+        mine = _groups_of(frame, spec) == group
+        taken.append(frame.filter(mine))
+        kept.append(frame.filter(~mine))
+    return WinnerState(taken[0], taken[1]), WinnerState(kept[0], kept[1])
+
+
+def _merge(vm: WinnerState, back: WinnerState) -> WinnerState:
+    """The VM's state with a group's state handed back; the returned entities are renumbered after
+    the VM's own (an entity's number is unique within its bucket's frame)."""
+    open_ = vm.open
+    if back.open is not None and back.open.height:
+        first = (int(open_[LID].max()) + 1) if open_ is not None and open_.height else 0  # type: ignore[arg-type]
+        renumbered = back.open.with_columns(pl.col(LID) - pl.col(LID).min() + first)
+        open_ = (
+            renumbered
+            if open_ is None
+            else pl.concat([open_, renumbered.select(open_.columns)], how="vertical_relaxed")
+        )
+    pending = vm.pending
+    if back.pending is not None and back.pending.height:
+        pending = (
+            back.pending
+            if pending is None
+            else pl.concat([pending, back.pending.select(pending.columns)], how="vertical_relaxed")
+        )
+    return WinnerState(open_, pending)
+
+
+def _stacked(mine: pl.DataFrame, back: pl.DataFrame) -> pl.DataFrame:
+    return pl.concat([mine, back.select(mine.columns)], how="vertical_relaxed")
+
+
+def _blank(field: StructField) -> Column:
+    t = "bigint" if isinstance(field.dataType, TimestampType) else field.dataType
+    value = F.lit(0) if isinstance(field.dataType, IntegralType | TimestampType) else F.lit(None)
+    return value.cast(t).alias(field.name)
+
+
+def _no_receipt() -> list[Column]:
+    return [F.lit("").alias(RECEIPT[0]), *[F.lit(0).cast("bigint").alias(c) for c in RECEIPT[1:]]]
+
+
 def _staged(df: DataFrame, side: int, keys: tuple[str, ...], other: StructType) -> DataFrame:
     """One side's rows in the operator's input layout; the other side's columns are typed blanks."""
-
-    def blank(field) -> Column:  # type: ignore[no-untyped-def]
-        t = "bigint" if isinstance(field.dataType, TimestampType) else field.dataType
-        value = F.lit(0) if isinstance(field.dataType, IntegralType | TimestampType) else F.lit(None)
-        return value.cast(t).alias(field.name)
 
     def own(field) -> Column:  # type: ignore[no-untyped-def]
         c = F.col(field.name)
         return (F.unix_micros(c) if isinstance(field.dataType, TimestampType) else c).alias(field.name)
 
     mine = [own(f) for f in df.schema.fields]
-    blanks = [blank(f) for f in other.fields]
+    blanks = [_blank(f) for f in other.fields]
+    group = F.pmod(F.xxhash64(*[F.col(k) for k in keys]), F.lit(KEY_GROUPS)).cast("int").alias(GROUP)
     cols = [F.lit(side).alias(SIDE), *[F.col(k).alias(key_column(i)) for i, k in enumerate(keys)]]
-    return df.select(*cols, *(mine + blanks if side == 0 else blanks + mine))
+    return df.select(*cols, *(mine + blanks if side == 0 else blanks + mine), group, *_no_receipt())
 
 
-def winner_at_close(left: DataFrame, right: DataFrame, op: WinnerAtClose) -> DataFrame:
-    """`op` over its two inputs: one row per entity that has a winner, its columns then the winner's."""
+def _receipts(
+    df: DataFrame, entity: str, left: DataFrame, right: DataFrame, keys: tuple[str, ...]
+) -> DataFrame:
+    """A keyed input's receipts (router/keyed_route.py) in the operator's input layout."""
+    key_types = [left.schema[k] for k in keys]
+    cols = [
+        F.lit(_RECEIPT_SIDE).alias(SIDE),
+        *[_blank(StructField(key_column(i), f.dataType)) for i, f in enumerate(key_types)],
+        *[_blank(f) for f in (*left.schema.fields, *right.schema.fields)],
+        F.col(GROUP).cast("int").alias(GROUP),
+        F.lit(entity).alias(RECEIPT[0]),
+        *[F.col(c).cast("bigint").alias(c) for c in RECEIPT[1:]],
+    ]
+    return df.select(*cols)
+
+
+def winner_at_close(
+    left: DataFrame,
+    right: DataFrame,
+    op: WinnerAtClose,
+    receipts: Mapping[str, DataFrame] | None = None,
+    service: SealService | None = None,
+) -> DataFrame:
+    """`op` over its two inputs: one row per entity that has a winner, its columns then the winner's.
+    With `receipts` (by entity) and `service`, the key groups workers hold run there (ADR 0024)."""
     timestamps = {
         f.name for f in (*left.schema.fields, *right.schema.fields) if isinstance(f.dataType, TimestampType)
     }
@@ -111,10 +307,12 @@ def winner_at_close(left: DataFrame, right: DataFrame, op: WinnerAtClose) -> Dat
     both = _staged(left, 0, op.left_keys, right.schema).unionByName(
         _staged(right, 1, op.right_keys, left.schema)
     )
-    both = both.withColumn(_BUCKET, bucket_of(spec.keys, buckets))
+    for entity, df in (receipts or {}).items():
+        both = both.unionByName(_receipts(df, entity, left, right, op.left_keys))
+    both = both.withColumn(_BUCKET, F.pmod(F.col(GROUP), F.lit(buckets)))
     out = StructType([*left.schema.fields, *right.schema.fields])
     return both.groupBy(_BUCKET).transformWithStateInPandas(
-        statefulProcessor=WinnerProcessor(spec),
+        statefulProcessor=WinnerProcessor(spec, service if receipts else None),
         outputStructType=out,
         outputMode="Append",
         timeMode="EventTime",

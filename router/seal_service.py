@@ -1,0 +1,55 @@
+"""The VM processor's handle on the agent for a keyed stage: seal a group's batch, take a group back.
+
+Why a small picklable object: the processor (merge/spark/winner_at_close.py) is shipped to Spark's
+Python workers, and merge/ may not import the router (ADR 0018), so it is handed this object, which
+only names the agent and the operator, and opens one client per process on first use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+import pyarrow as pa
+
+from lambda_worker.program import ProgramSpec
+from merge.frames import pack, unpack
+from merge.keyed_groups import Frames, read_answer
+from router.client import AgentClient, shared_client
+
+
+@dataclass(frozen=True)
+class AgentSealService:
+    agent: str
+    secret_file: str
+    program: str  # the keyed operator's ProgramSpec JSON
+    timeout_s: float = 600.0
+
+    def _client(self) -> AgentClient:
+        return shared_client(self.agent, self.secret_file, self.timeout_s)
+
+    def seal(
+        self,
+        group: int,
+        version: int,
+        parts: list[tuple[str, int, int, int]],
+        moved: Frames | None,
+        forwarded: pl.DataFrame | None,
+        watermark_ms: int,
+    ) -> tuple[pl.DataFrame | None, int | None]:
+        """Run the group's batch on a worker: (the outputs, when the group is next due)."""
+        answer, _, _ = self._client().seal(
+            ProgramSpec.loads(self.program),
+            group,
+            version,
+            parts,
+            pack(moved, {}) if moved is not None else None,
+            forwarded.to_arrow() if forwarded is not None else None,
+            watermark_ms,
+        )
+        _, out, due = read_answer(answer)
+        return out, due
+
+    def hand_back(self, group: int, version: int) -> dict[str, pl.DataFrame | None]:
+        table: pa.Table = self._client().hand_back(ProgramSpec.loads(self.program), group, version)
+        return unpack(table)[0]
