@@ -57,6 +57,7 @@ _CHAIN_KIND = {
     "rows": "workers return the rows",
     "partial": "workers return partial states the VM merges",
     "side_counts": "workers count the join's side; the VM multiplies the sides",
+    "keyed": "workers run whole key groups of it, by",
 }
 
 
@@ -65,10 +66,12 @@ def render_chains(plan: LogicalPlan, chains: list[OffloadChain], stages: list[Ke
     stateful ones that stay on the VM, with the source keys their state is partitioned by."""
     lines = [Text(f"{plan.name}: what runs on workers during a burst", style="bold underline")]
     for c in chains:
-        nodes = " ─ ".join(c.node_ids) + (f" (with {', '.join(c.fused)})" if c.fused else "")
-        lines.append(Text(f"  {c.entity:<8} {nodes}: {_CHAIN_KIND[c.kind]}"))
+        nodes = " ─ ".join((*c.node_ids, *([c.keyed_op] if c.keyed_op else [])))
+        nodes += f" (with {', '.join(c.fused)})" if c.fused else ""
+        how = _CHAIN_KIND[c.kind] + (f" {c.entity}.{'+'.join(c.keys)}" if c.keys else "")
+        lines.append(Text(f"  {c.entity:<8} {nodes}: {how}"))
     keyed = {s.op_id: s for s in stages}
-    moved = {n for c in chains for n in (*c.node_ids, *c.fused)}
+    moved = {n for c in chains for n in (*c.node_ids, *c.fused, c.keyed_op)}
     on_vm = []
     for n in plan.nodes:
         if n.op.stateful and n.id not in moved:

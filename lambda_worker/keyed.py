@@ -85,6 +85,11 @@ class KeyedProgram:
             )
         return pl.concat(frames, how="diagonal_relaxed").select(s.columns)
 
+    def records_in(self, data: pa.Table) -> int:
+        """The records a seal carries: the stashed ones and the VM's, not the group's state."""
+        _, parts, forwarded, _ = read_request(data)
+        return sum(f.height for f in parts.values()) + (forwarded.height if forwarded is not None else 0)
+
     def run_table(self, data: pa.Table, counts: dict[str, int] | None = None) -> pa.Table:
         """One seal: the packed request in, the packed answer out. The records count for the prefix
         nodes they ran through and for the operator."""

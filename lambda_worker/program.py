@@ -21,6 +21,8 @@ from lambda_worker.transient import TransientProgram, base_node_id
 if TYPE_CHECKING:
     from lambda_worker.keyed import KeyedProgram
 
+    Program = TransientProgram | KeyedProgram
+
 _FIELDS = {"query", "params", "node_ids"}
 _PARAMS = {"window_size_s", "window_slide_s"}
 
@@ -85,7 +87,7 @@ class ProgramSpec:
         except json.JSONDecodeError as e:
             raise ConfigError(f"program spec is not valid JSON: {e}") from None
 
-    def compile(self) -> TransientProgram | KeyedProgram:
+    def compile(self) -> Program:
         """A chain of transient operators, or a keyed operator's step when the spec names one alone."""
         from core.nexmark.params import QueryParams
         from core.nexmark.queries import get_query
@@ -107,7 +109,7 @@ class ProgramCache:
     """Compiled programs by id; kept for the life of the process so warm invocations skip compiling."""
 
     def __init__(self) -> None:
-        self._programs: dict[str, TransientProgram] = {}
+        self._programs: dict[str, Program] = {}
 
     def __contains__(self, program_id: str) -> bool:
         return program_id in self._programs
@@ -115,13 +117,13 @@ class ProgramCache:
     def __len__(self) -> int:
         return len(self._programs)
 
-    def get(self, spec: ProgramSpec) -> TransientProgram:
+    def get(self, spec: ProgramSpec) -> Program:
         pid = spec.program_id
         if pid not in self._programs:
             self._programs[pid] = spec.compile()
         return self._programs[pid]
 
-    def get_json(self, program_id: str, spec_json: str) -> TransientProgram:
+    def get_json(self, program_id: str, spec_json: str) -> Program:
         """The program `program_id`, compiling `spec_json` if needed and checking that it is that program."""
         if program_id in self._programs:
             return self._programs[program_id]

@@ -226,7 +226,8 @@ class WorkerSession:
             )
         seconds = time.perf_counter() - t0
         self.summary.chunks += 1
-        self.summary.rows_in += table.num_rows
+        records = program.records_in(table)
+        self.summary.rows_in += records
         self.summary.rows_out += out.num_rows
         self.summary.compute_s += seconds
         return agent_pb2.WorkerMessage(
@@ -234,7 +235,7 @@ class WorkerSession:
                 chunk_id=chunk.chunk_id,
                 epoch=chunk.epoch,
                 payload=payload,
-                rows_in=table.num_rows,
+                rows_in=records,
                 rows_out=out.num_rows,
                 checksum=checksum(payload),
                 seconds=seconds,

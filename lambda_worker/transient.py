@@ -206,6 +206,10 @@ class TransientProgram:
                 return None
         return None
 
+    def records_in(self, data: pa.Table) -> int:
+        """The records a chunk of this program carries: its rows."""
+        return data.num_rows
+
     def run_table(self, data: pa.Table | pa.RecordBatch, counts: dict[str, int] | None = None) -> pa.Table:
         """Run the chain; with `counts`, add the records going into each node under its logical id."""
         df = pl.from_arrow(data)

@@ -56,7 +56,13 @@ def compile_(
             "rewritten": rewritten.to_json(),
             "rewrite_ms": round(rewritten.rewrite_ms, 3),
             "offload_chains": [
-                {"entity": c.entity, "nodes": list(c.node_ids), "kind": c.kind, "fused": list(c.fused)}
+                {
+                    "entity": c.entity,
+                    "nodes": list(c.node_ids),
+                    "kind": c.kind,
+                    "fused": list(c.fused),
+                    "keyed_op": c.keyed_op,
+                }
                 for c in chains
             ],
         }

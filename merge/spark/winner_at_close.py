@@ -27,6 +27,7 @@ that no later one could (its time is behind the watermark).
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
 import pandas as pd
@@ -52,6 +53,7 @@ _BUCKET = "sponge_bucket"  # the group: a bucket of key groups
 GROUP = "sponge_group"  # a row's key group: Spark's pmod(xxhash64(key), 128), as the router's
 RECEIPT = ("sponge_entity", "sponge_start", "sponge_end", "sponge_seq")  # a stashed chunk's name
 _RECEIPT_SIDE = 2
+_SEALS_AT_ONCE = 16  # a batch's seals in flight from one task: the agent spreads them over the workers
 _HELD = {"group": pl.Int64, "on_workers": pl.Boolean, "version": pl.Int64, "next_due_ms": pl.Int64}
 
 
@@ -137,19 +139,16 @@ class WinnerProcessor(StatefulProcessor):
         outs: list[pl.DataFrame],
     ) -> tuple[pl.DataFrame | None, WinnerState]:
         """Carry out each group's decision (merge/keyed_groups.py) but the VM's own step; return the
-        rows and state left to it."""
-        assert self.service is not None
+        rows and state left to it. The seals of different groups are independent and run at once."""
+        service = self.service
+        assert service is not None
         local_groups = set(local[GROUP].to_list()) if local is not None else set()
-        stashed = receipts.group_by(GROUP).agg(*RECEIPT) if receipts is not None and receipts.height else None
-        refs: dict[int, list[tuple[str, int, int, int]]] = (
-            {
-                r[GROUP]: list(zip(*(r[c] for c in RECEIPT), strict=True))
-                for r in stashed.iter_rows(named=True)
-            }
-            if stashed is not None
-            else {}
-        )
+        refs: dict[int, list[tuple[str, int, int, int]]] = {}
+        if receipts is not None:
+            for r in receipts.select(GROUP, *RECEIPT).unique().sort(GROUP, *RECEIPT).iter_rows():
+                refs.setdefault(r[0], []).append(r[1:])
         due = {g for g, st in held.items() if st.on_workers and st.next_due_ms is not None}
+        seals = []
         for g in sorted(local_groups | set(refs) | due):
             st = held.get(g, GroupState())
             d = decide(st, g in local_groups, g in refs, watermark_ms)
@@ -162,15 +161,17 @@ class WinnerProcessor(StatefulProcessor):
                 if d.forward and local is not None:
                     forwarded = local.filter(pl.col(GROUP) == g).select(self.spec.columns)
                     local = local.filter(pl.col(GROUP) != g)
-                out, next_due = self.service.seal(
-                    g, st.version, refs.get(g, []), moved, forwarded, watermark_ms
-                )
+                seals.append((g, st, d, (g, st.version, refs.get(g, []), moved, forwarded, watermark_ms)))
+            elif d.where is Where.VM and d.hand_back:
+                vm = _merge(vm, state_of(service.hand_back(g, st.version)))
+                held[g] = after(st, d, None)
+        if seals:
+            with ThreadPoolExecutor(min(len(seals), _SEALS_AT_ONCE), thread_name_prefix="seal") as pool:
+                answers = list(pool.map(lambda args: service.seal(*args), [a for *_, a in seals]))
+            for (g, st, d, _), (out, next_due) in zip(seals, answers, strict=True):
                 if out is not None and out.height:
                     outs.append(out)
                 held[g] = after(st, d, next_due)
-            elif d.where is Where.VM and d.hand_back:
-                vm = _merge(vm, state_of(self.service.hand_back(g, st.version)))
-                held[g] = after(st, d, None)
         return local, vm
 
     def _held(self) -> dict[int, GroupState]:

@@ -49,4 +49,4 @@ class ProgramRegistry:
             program = self.compiled.get_json(program_id, spec_json)
         table = decode(payload)
         out = program.run_table(table)
-        return encode(out, compression), table.num_rows, out.num_rows
+        return encode(out, compression), program.records_in(table), out.num_rows

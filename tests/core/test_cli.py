@@ -47,8 +47,8 @@ def test_compile_json_contract(query: str) -> None:
         assert n["placement"] == ("sf" if n["kind"] == "transient" else "vm")
     ids = {n["id"] for n in doc["logical"]["nodes"]}
     for c in doc["offload_chains"]:
-        assert set(c) == {"entity", "nodes", "kind", "fused"}
-        assert c["kind"] in ("rows", "partial", "side_counts")
+        assert set(c) == {"entity", "nodes", "kind", "fused", "keyed_op"}
+        assert c["kind"] in ("rows", "partial", "side_counts", "keyed")
         assert set(c["nodes"]) | set(c["fused"]) <= ids and c["nodes"]
 
 
@@ -59,7 +59,13 @@ def test_compile_says_what_a_burst_moves_to_workers_and_what_stays() -> None:
     assert "stays on the VM: no stateful operator" in p.stdout
     assert "stays on the VM: top_k5" in sponge("compile", "q5").stdout
     q4 = sponge("compile", "q4").stdout
-    assert "stays on the VM: winner_at_close6 (keyed by auction.id, bid.auction), window_aggregate8" in q4
+    assert (
+        "bid      map4 ─ key_by5 ─ winner_at_close6: workers run whole key groups of it, by bid.auction" in q4
+    )
+    assert "stays on the VM: window_aggregate8" in q4
+    assert (
+        "stays on the VM: window_join8 (keyed by person.id, auction.seller)" in sponge("compile", "q3").stdout
+    )
 
 
 def test_compile_draws_both_dags() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from core.expr import col
 from core.nexmark.params import QueryParams
 from core.nexmark.queries import entity_columns, get_query
-from core.offload_chains import PARTIAL, ROWS, SIDE_COUNTS, chain_for, offload_chains
+from core.offload_chains import KEYED, PARTIAL, ROWS, SIDE_COUNTS, chain_for, offload_chains
 from core.plan import WindowSpec
 from core.query import QueryBuilder, agg
 
@@ -43,11 +43,19 @@ def test_a_join_that_only_a_count_reads_ends_both_sides_chains_in_side_counts() 
     assert chain.fused == ("key_by7", "window_aggregate8") and chain.partial_states
 
 
-def test_other_joins_keep_their_state_on_the_vms_and_offload_what_feeds_them() -> None:
+def test_q3s_join_keeps_its_state_on_the_vms_and_offloads_what_feeds_it() -> None:
     assert [c[2] for c in _chains("q3")] == [ROWS, ROWS]
     assert [c[3] for c in _chains("q3")] == [None, None]  # q3's maps drop the event time
-    assert [c[1] for c in _chains("q4")] == [("map1", "key_by2"), ("map4", "key_by5")]
-    assert [c[3] for c in _chains("q4")] == ["a_date_time", "b_date_time"]  # renamed event time is followed
+
+
+def test_a_keyed_stage_with_a_workers_step_takes_its_inputs_whole_key_groups() -> None:
+    for query in ("q4", "q6"):
+        chains = offload_chains(get_query(query).plan(QueryParams()))
+        assert [(c.entity, c.node_ids, c.kind, c.keyed_op, c.keys) for c in chains] == [
+            ("auction", ("map1", "key_by2"), KEYED, "winner_at_close6", ("id",)),
+            ("bid", ("map4", "key_by5"), KEYED, "winner_at_close6", ("auction",)),
+        ]
+        assert all(c.merges_at == "winner_at_close6" for c in chains)
 
 
 def test_a_join_with_a_condition_is_not_counted_from_sides() -> None:

@@ -90,12 +90,13 @@ def test_offloaded_output_equals_reference(
         assert summary["records_offloaded"] + summary["records_run_locally_by_agent"] == routed
         assert summary["workers_started"] >= 1 and summary["cold_starts"] >= 1
         assert summary["worker_cpu_s"] > 0  # the workers' CPU on the chunks they resolved
-        # Per node, the workers' records: every node of the chains (and of the pairs they reach) ran
-        # some, and each worker's chunk entered its chain at the first node, so those add up to the
-        # records offloaded.
+        # Per node, the workers' records: every node of the chains (and of the pairs or keyed stages
+        # they reach) ran some, and each worker's chunk entered its chain at the first node, so those
+        # add up to the records offloaded.
         chains = offload_chains(get_query(query).plan(PARAMS))
         per_node = summary["operators_offloaded"]
-        assert set(per_node) == {n for c in chains for n in (*c.node_ids, *c.fused)}, per_node
+        want = {n for c in chains for n in (*c.node_ids, *c.fused, *([c.keyed_op] if c.keyed_op else []))}
+        assert set(per_node) == want, per_node
         assert all(n > 0 for n in per_node.values()), per_node
         assert sum(per_node.get(c.node_ids[0], 0) for c in chains) == summary["records_offloaded"], per_node
         # The rows of chains that end at the sink went straight into it (core/direct_sink.py).
