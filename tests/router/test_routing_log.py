@@ -327,3 +327,17 @@ def test_a_malformed_plan_file_is_an_error_naming_it(tmp_path: Path, text: bytes
 def test_a_missing_plan_file_is_an_error_naming_it(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=re.escape(str(tmp_path / "plan.json"))):
         read_current_plan(tmp_path)
+
+
+def test_a_keyed_stream_routes_by_the_plans_key_groups_and_any_other_by_its_share() -> None:
+    import numpy as np
+
+    from core.offload_plan import record_units
+    from router.routing_log import routed_mask
+
+    plan = OffloadPlan.of_share(1, 0.25, 2)  # the first 32 of 128 groups, and a quarter of records
+    ids = np.arange(1000, 1300)
+    groups = (ids * 7) % 128
+    assert routed_mask((Segment(0, plan),), ids, groups).tolist() == [g < 32 for g in groups]
+    assert np.array_equal(routed_mask((Segment(0, plan),), ids), record_units(ids) < 0.25)
+    assert not routed_mask((Segment(0, LOCAL), Segment(2000, plan)), ids, groups).any()

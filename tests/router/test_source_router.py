@@ -201,3 +201,55 @@ def test_an_injected_failure_fails_the_first_attempt_only_after_its_chunks_went_
     assert [c[:3] for c in agent.chunks()] == sorted([c[:3] for c in sent_by_failed] * 2)
     # Outside a Spark task (no attempt number) nothing is injected.
     assert _read(route, 0, 1000, segments).equals(retry)
+
+
+# ---- a stream that feeds a keyed stage: routed by key group, stashed, receipts ------------------------
+
+Q4_PREFIX = ProgramSpec("q4", ("map4", "key_by5"))  # the bids' way into winner_at_close6
+GROUPS = OffloadPlan.of_share(3, 0.25, 2)  # the first 32 key groups (and a record share the stream ignores)
+
+
+class FakeStash:
+    def __init__(self) -> None:
+        self.chunks: dict[tuple[int, int, int], pa.Table] = {}
+        self._lock = threading.Lock()
+
+    def stash(self, entity: str, start: int, end: int, seq: int, records: pa.Table) -> None:
+        assert entity == "bid"
+        with self._lock:
+            self.chunks[(start, end, seq)] = records
+
+
+def test_a_keyed_stream_sends_whole_key_groups_and_yields_receipts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The VM keeps every record of the groups the plan leaves it, the workers' stream stashes every
+    record of the others, chunk by chunk, and yields one receipt per (chunk, group)."""
+    from core.offload_plan import key_groups_of
+    from router.keyed_route import GROUP, SEQ
+
+    fake = FakeStash()
+    monkeypatch.setattr(source_router, "_client", lambda route: fake)
+    segments = (Segment(0, GROUPS),)
+    local = _read(_route("local", keys=("auction",)), 1000, 3000, segments)
+    keyed = RouteOptions(
+        route="offload",
+        offload_dir=Path("/unused"),
+        program=Q4_PREFIX.dumps(),
+        agent="127.0.0.1:1",
+        secret_file="/unused",
+        event_time="sponge_time",
+        chunk_rows=100,
+        parallelism=3,
+        keys=("auction",),
+    )
+    receipts = _read(keyed, 1000, 3000, segments)
+
+    kept = local.filter(pc.is_null(local[HEARTBEAT]))
+    assert all(g >= 32 for g in key_groups_of(kept["auction"]))
+    stashed = pa.concat_tables(fake.chunks[k] for k in sorted(fake.chunks))
+    assert all(g < 32 for g in stashed[GROUP].to_pylist())
+    assert kept.num_rows + stashed.num_rows == len(event_ids("bid", 1000, 3000))  # each record once
+    rows = receipts.filter(pc.is_null(receipts[HEARTBEAT]))
+    named = {(r[SEQ], r[GROUP]) for r in rows.to_pylist()}
+    want = {(seq, g) for (_, _, seq), t in fake.chunks.items() for g in set(t[GROUP].to_pylist())}
+    assert named == want and len(rows) == len(named)
+    assert receipts.filter(pc.is_valid(receipts[HEARTBEAT])).num_rows == 1  # the watermark still moves
