@@ -234,9 +234,9 @@ def record_units(record_ids: np.ndarray) -> np.ndarray:
 
 
 def expected_offloaded_share(plan: OffloadPlan) -> float:
-    """The share of records `plan` sends to the workers, in expectation (key groups as uniform)."""
-    groups = len(plan.key_groups) / KEY_GROUPS
-    return plan.share + (1.0 - plan.share) * groups
+    """The share of a stream's records `plan` sends to the workers, in expectation: a stream is routed
+    by the record share or, if it feeds a keyed stage, by the key groups (uniform), never by both."""
+    return max(plan.share, len(plan.key_groups) / KEY_GROUPS)
 
 
 def offloaded_mask(

@@ -104,6 +104,8 @@ def test_routed_tasks_are_sized_by_the_records_they_keep() -> None:
     # The share over the range, from the routing log's segments (never the plan now in force).
     assert steps(Segment(0, plan(0.0)), Segment(500, plan(1.0))) == (200_000, 400_000)
     assert steps(Segment(0, plan(0.0, frozenset(range(64))))) == (200_000, 400_000)  # half the key groups
+    # A stream is routed by its share or by key groups, never both: a plan naming both halves halves.
+    assert steps(Segment(0, OffloadPlan.of_share(1, 0.5, 2))) == (200_000, 400_000)
 
 
 def test_read_range_yields_arrow_batches_and_the_punctuation() -> None:
