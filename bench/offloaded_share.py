@@ -111,7 +111,7 @@ from typing import Any
 
 import psutil
 
-from bench.state import json_line
+from bench.report_line import finish
 from bench.throughput_variants import _quiesce as quiesce
 from core.errors import SpongeError
 from core.nexmark.generator import GeneratorConfig
@@ -689,18 +689,9 @@ def run_bench(args: argparse.Namespace, say: Callable[[str], None] = _say) -> di
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from rich.console import Console
-
     args = parse_args(argv)
     report = run_bench(args)
-    console = Console(width=None if sys.stdout.isatty() else 200)
-    console.print(render_table(report))
-    console.print(f"method: {METHOD}", highlight=False)
-    console.print(f"total bench time {report['elapsed_s']:.0f} s", highlight=False)
-    sys.stdout.flush()
-    if args.json:
-        print(json_line(report), flush=True)
-    return 1 if any(q.get("error") for q in report["queries"]) else 0
+    return finish(report, render_table(report), METHOD, args.json)
 
 
 if __name__ == "__main__":

@@ -76,7 +76,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import shutil
 import sys
 import tempfile
@@ -89,6 +88,7 @@ from typing import Any
 
 import polars as pl
 
+from bench.report_line import finish
 from core.nexmark.generator import GeneratorConfig
 from core.nexmark.params import QueryParams
 from core.nexmark.queries import QUERIES
@@ -297,21 +297,6 @@ def query_figures(query: str, short: Mapping[str, Any], long: Mapping[str, Any])
     if errors:
         fig["error"] = "; ".join(errors)
     return fig
-
-
-def json_line(report: Mapping[str, Any]) -> str:
-    """The report as one line of strict JSON (NaN and infinities become null)."""
-
-    def clean(x: Any) -> Any:
-        if isinstance(x, float) and not math.isfinite(x):
-            return None
-        if isinstance(x, Mapping):
-            return {str(k): clean(v) for k, v in x.items()}
-        if isinstance(x, list | tuple):
-            return [clean(v) for v in x]
-        return x
-
-    return json.dumps(clean(report), separators=(",", ":"), allow_nan=False)
 
 
 # ---- the heap ------------------------------------------------------------------------------------
@@ -587,18 +572,9 @@ def run_bench(args: argparse.Namespace, say: Callable[[str], None] = _say) -> di
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from rich.console import Console
-
     args = parse_args(argv)
     report = run_bench(args)
-    console = Console(width=None if sys.stdout.isatty() else 200)
-    console.print(render_table(report))
-    console.print(f"method: {METHOD}", highlight=False)
-    console.print(f"total bench time {report['elapsed_s']:.0f} s", highlight=False)
-    sys.stdout.flush()
-    if args.json:
-        print(json_line(report), flush=True)
-    return 1 if any(q.get("error") for q in report["queries"]) else 0
+    return finish(report, render_table(report), METHOD, args.json)
 
 
 if __name__ == "__main__":

@@ -76,17 +76,15 @@ def agent(monkeypatch: pytest.MonkeyPatch) -> FakeAgent:
 def _route(route: str, **extra: Any) -> RouteOptions:
     if route == "local":
         return RouteOptions(route="local", offload_dir=Path("/unused"), **extra)
-    return RouteOptions(
-        route="offload",
-        offload_dir=Path("/unused"),
-        program=Q1.dumps(),
-        agent="127.0.0.1:1",
-        secret_file="/unused",
-        event_time="date_time",
-        chunk_rows=100,
-        parallelism=3,
-        **extra,
-    )
+    options = {
+        "program": Q1.dumps(),
+        "agent": "127.0.0.1:1",
+        "secret_file": "/unused",
+        "event_time": "date_time",
+        "chunk_rows": 100,
+        "parallelism": 3,
+    }
+    return RouteOptions(route="offload", offload_dir=Path("/unused"), **{**options, **extra})
 
 
 def _read(route: RouteOptions, start: int, end: int, segments: tuple[Segment, ...], **kw: Any) -> pa.Table:
@@ -230,17 +228,7 @@ def test_a_keyed_stream_sends_whole_key_groups_and_yields_receipts(monkeypatch: 
     monkeypatch.setattr(source_router, "_client", lambda route: fake)
     segments = (Segment(0, GROUPS),)
     local = _read(_route("local", keys=("auction",)), 1000, 3000, segments)
-    keyed = RouteOptions(
-        route="offload",
-        offload_dir=Path("/unused"),
-        program=Q4_PREFIX.dumps(),
-        agent="127.0.0.1:1",
-        secret_file="/unused",
-        event_time="sponge_time",
-        chunk_rows=100,
-        parallelism=3,
-        keys=("auction",),
-    )
+    keyed = _route("offload", program=Q4_PREFIX.dumps(), event_time="sponge_time", keys=("auction",))
     receipts = _read(keyed, 1000, 3000, segments)
 
     kept = local.filter(pc.is_null(local[HEARTBEAT]))
