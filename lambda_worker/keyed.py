@@ -21,10 +21,8 @@ from core.expr import DType
 from core.keyed_stages import keyed_stages
 from core.plan import LogicalPlan, WinnerAtClose
 from lambda_worker.transient import TransientProgram
-from merge.keyed_groups import read_request, seal_answer
+from merge.keyed_groups import GROUP, read_request, seal_answer
 from merge.winner import SIDE, WinnerSpec, key_column, state_frames, state_of, step
-
-GROUP = "sponge_group"
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,10 @@ import pyarrow as pa
 
 from merge.frames import pack, unpack
 
+GROUP = "sponge_group"  # a record's key group: Spark's pmod(xxhash64(key), 128) (ADR 0023)
+RECEIPT = ("sponge_entity", "sponge_start", "sponge_end", "sponge_seq")  # names a stashed chunk
+RECEIPT_TIME = "sponge_time"  # a receipt's event time: its chunk's last
+
 OUT = "out"
 FORWARDED = "forwarded"
 PART = "part:"

@@ -23,8 +23,8 @@ import pyarrow.compute as pc
 
 from core import atomic_write
 from core.wire.arrow_ipc import decode, encode
+from merge.keyed_groups import GROUP
 
-GROUP = "sponge_group"
 _CACHED_CHUNKS = 64
 
 

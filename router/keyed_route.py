@@ -18,10 +18,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from core.nexmark.schema import TIMESTAMP
+from merge.keyed_groups import GROUP, RECEIPT, RECEIPT_TIME
 
-GROUP = "sponge_group"
-START, END, SEQ = "sponge_start", "sponge_end", "sponge_seq"
-TIME = "sponge_time"
+_, START, END, SEQ = RECEIPT
+TIME = RECEIPT_TIME
 RECEIPT_FIELDS = (
     pa.field(GROUP, pa.int32()),
     pa.field(START, pa.int64()),

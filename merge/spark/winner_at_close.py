@@ -45,13 +45,11 @@ from pyspark.sql.types import IntegralType, StructField, StructType, TimestampTy
 
 from core.offload_plan import KEY_GROUPS, key_groups_of
 from core.plan import WinnerAtClose
-from merge.keyed_groups import Frames, GroupState, Where, after, decide
+from merge.keyed_groups import GROUP, RECEIPT, Frames, GroupState, Where, after, decide
 from merge.spark.frame_state import FrameValue, NextTimer, input_frame
 from merge.winner import LID, SIDE, WinnerSpec, WinnerState, expire, key_column, state_frames, state_of, step
 
 _BUCKET = "sponge_bucket"  # the group: a bucket of key groups
-GROUP = "sponge_group"  # a row's key group: Spark's pmod(xxhash64(key), 128), as the router's
-RECEIPT = ("sponge_entity", "sponge_start", "sponge_end", "sponge_seq")  # a stashed chunk's name
 _RECEIPT_SIDE = 2
 _SEALS_AT_ONCE = 16  # a batch's seals in flight from one task: the agent spreads them over the workers
 _HELD = {"group": pl.Int64, "on_workers": pl.Boolean, "version": pl.Int64, "next_due_ms": pl.Int64}

@@ -13,9 +13,9 @@ from core.nexmark.params import QueryParams
 from core.nexmark.queries import get_query
 from core.nexmark.reference import winning_bids
 from core.offload_plan import key_groups_of
-from lambda_worker.keyed import GROUP, KeyedProgram
+from lambda_worker.keyed import KeyedProgram
 from lambda_worker.program import ProgramSpec
-from merge.keyed_groups import read_answer, seal_request
+from merge.keyed_groups import GROUP, read_answer, seal_request
 from merge.winner import state_frames, state_of
 
 EVENTS = 30_000

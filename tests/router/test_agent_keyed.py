@@ -14,10 +14,10 @@ from core.nexmark.generator import GeneratorConfig, generate
 from core.nexmark.params import QueryParams
 from core.nexmark.queries import get_query
 from core.offload_plan import key_groups_of
-from lambda_worker.keyed import GROUP, KeyedProgram
+from lambda_worker.keyed import KeyedProgram
 from lambda_worker.program import ProgramSpec
 from merge.frames import unpack
-from merge.keyed_groups import read_answer, seal_request
+from merge.keyed_groups import GROUP, read_answer, seal_request
 from router import stats
 from router.agent.server import AgentServer
 from router.client import AgentClient, OffloadError

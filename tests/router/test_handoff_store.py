@@ -8,7 +8,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from router.handoff_store import GROUP, ChunkRef, HandoffStore
+from merge.keyed_groups import GROUP
+from router.handoff_store import ChunkRef, HandoffStore
 
 
 def _records(groups: list[int]) -> pa.Table:

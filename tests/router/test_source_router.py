@@ -222,7 +222,8 @@ def test_a_keyed_stream_sends_whole_key_groups_and_yields_receipts(monkeypatch: 
     """The VM keeps every record of the groups the plan leaves it, the workers' stream stashes every
     record of the others, chunk by chunk, and yields one receipt per (chunk, group)."""
     from core.offload_plan import key_groups_of
-    from router.keyed_route import GROUP, SEQ
+    from merge.keyed_groups import GROUP
+    from router.keyed_route import SEQ
 
     fake = FakeStash()
     monkeypatch.setattr(source_router, "_client", lambda route: fake)
