@@ -8,6 +8,7 @@ only names the agent and the operator, and opens one client per process on first
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import polars as pl
 import pyarrow as pa
@@ -25,6 +26,11 @@ class AgentSealService:
     program: str  # the keyed operator's ProgramSpec JSON
     timeout_s: float = 600.0
 
+    @cached_property
+    def _spec(self) -> ProgramSpec:
+        """Parsed once per process: a batch asks many seals of the same operator."""
+        return ProgramSpec.loads(self.program)
+
     def _client(self) -> AgentClient:
         return shared_client(self.agent, self.secret_file, self.timeout_s)
 
@@ -39,7 +45,7 @@ class AgentSealService:
     ) -> tuple[pl.DataFrame | None, int | None]:
         """Run the group's batch on a worker: (the outputs, when the group is next due)."""
         answer, _, _ = self._client().seal(
-            ProgramSpec.loads(self.program),
+            self._spec,
             group,
             version,
             parts,
@@ -51,5 +57,5 @@ class AgentSealService:
         return out, due
 
     def hand_back(self, group: int, version: int) -> dict[str, pl.DataFrame | None]:
-        table: pa.Table = self._client().hand_back(ProgramSpec.loads(self.program), group, version)
+        table: pa.Table = self._client().hand_back(self._spec, group, version)
         return unpack(table)[0]

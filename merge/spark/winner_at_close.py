@@ -103,7 +103,7 @@ class WinnerProcessor(StatefulProcessor):
         local = new.filter(pl.col(SIDE) != _RECEIPT_SIDE) if new is not None else None
         vm = WinnerState(self.open.get(), self.pending.get())
         outs: list[pl.DataFrame] = []
-        held = self._held()
+        held = self._held() if self.service is not None else {}
         if self.service is not None:
             receipts = new.filter(pl.col(SIDE) == _RECEIPT_SIDE) if new is not None else None
             local, vm = self._groups_elsewhere(local, receipts, vm, held, watermark_ms, outs)
@@ -119,7 +119,8 @@ class WinnerProcessor(StatefulProcessor):
             self.open.put(vm.open)
         if vm.pending is not None:
             self.pending.put(vm.pending)
-        self._keep_held(held)
+        if self.service is not None:  # without one, no group is ever held elsewhere
+            self._keep_held(held)
         dues = [g.next_due_ms for g in held.values() if g.on_workers and g.next_due_ms is not None]
         if decided.next_due_ms is not None:
             dues.append(decided.next_due_ms)
