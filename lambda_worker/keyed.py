@@ -21,8 +21,19 @@ from core.expr import DType
 from core.keyed_stages import keyed_stages
 from core.plan import LogicalPlan, WinnerAtClose
 from lambda_worker.transient import TransientProgram
-from merge.keyed_groups import GROUP, read_request, seal_answer
-from merge.winner import SIDE, WinnerSpec, key_column, state_frames, state_of, step
+from merge.keyed_groups import GROUP, Frames, read_request, seal_answer
+from merge.winner import (
+    SIDE,
+    WinnerSpec,
+    joined,
+    key_column,
+    keys_of,
+    next_due_ms,
+    select,
+    state_frames,
+    state_of,
+    step,
+)
 
 
 @dataclass(frozen=True)
@@ -30,6 +41,7 @@ class _Input:
     entity: str
     prefix: TransientProgram
     keys: tuple[str, ...]  # the operator's key columns on this input (after the prefix)
+    source_keys: tuple[str, ...]  # the same keys as the source's columns (core/keyed_stages.py)
 
 
 @dataclass(frozen=True)
@@ -55,7 +67,8 @@ class KeyedProgram:
         spec = WinnerSpec.of(op, list(left), list(right), stamps)
         keys = (op.left_keys, op.right_keys)
         inputs = tuple(
-            _Input(i.entity, TransientProgram.from_plan(plan, i.node_ids), keys[i.port]) for i in stage.inputs
+            _Input(i.entity, TransientProgram.from_plan(plan, i.node_ids), keys[i.port], i.keys)
+            for i in stage.inputs
         )
         arrow = {c: ARROW_TYPES[t] for c, t in (*left.items(), *right.items())}
         arrow |= {SIDE: pa.int32(), **{key_column(i): arrow[k] for i, k in enumerate(op.left_keys)}}
@@ -82,6 +95,35 @@ class KeyedProgram:
                 )
             )
         return pl.concat(frames, how="diagonal_relaxed").select(s.columns)
+
+    def touched(self, parts: dict[str, pl.DataFrame], forwarded: pl.DataFrame | None) -> pl.DataFrame:
+        """The keys a batch's records are of, read off the sources' own columns (a record its prefix
+        would drop still names its key: fetching a key too many is harmless, one too few is not)."""
+        keys = self.spec.keys
+        frames = [pl.DataFrame(schema={k: self.types[k] for k in keys})]
+        for inp in self.inputs:
+            records = parts.get(inp.entity)
+            if records is not None and records.height:
+                named = zip(inp.source_keys, keys, strict=True)
+                frames.append(records.select(pl.col(c).cast(self.types[k]).alias(k) for c, k in named))
+        if forwarded is not None and forwarded.height:
+            frames.append(forwarded.select(keys))
+        return pl.concat(frames, how="vertical_relaxed").unique()
+
+    def select(self, state: Frames, touched: pl.DataFrame, watermark_ms: int) -> tuple[Frames, Frames]:
+        """(the state a batch of the `touched` keys reads at `watermark_ms`, the rest): merge/winner.py."""
+        needed, rest = select(self.spec, state_of(state), touched, watermark_ms)
+        return state_frames(needed), state_frames(rest)
+
+    def joined(self, mine: Frames, other: Frames) -> Frames:
+        return state_frames(joined(state_of(mine), state_of(other)))
+
+    def next_due_ms(self, state: Frames) -> int | None:
+        return next_due_ms(self.spec, state_of(state))
+
+    def key_count(self, state: Frames) -> int:
+        keys = keys_of(self.spec, state_of(state))
+        return keys.height if keys is not None else 0
 
     def records_in(self, data: pa.Table) -> int:
         """The records a seal carries: the stashed ones and the VM's, not the group's state."""

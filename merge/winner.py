@@ -155,20 +155,86 @@ def expire(spec: WinnerSpec, state: WinnerState, watermark_ms: int) -> Decided:
     later entity could still take, and say when the next one is due."""
     s = spec
     due_at = ceil_ms(pl.col(s.closes).dt.epoch("us"))
-    at_us = pl.col(s.at).dt.epoch("us")
-    nexts = []
     won = None
     open_, pending = state.open, state.pending
     if open_ is not None:
         won = open_.filter((due_at <= watermark_ms) & pl.col(HAS_BEST)).select(*s.left, *s.right)
         open_ = open_.filter(due_at > watermark_ms)
-        if open_.height:
-            nexts.append(int(open_.select(due_at.min()).item()))
     if pending is not None:
-        pending = pending.filter(at_us >= watermark_ms * US_PER_MS)
-        if pending.height:
-            nexts.append(int(pending.select(at_us.max()).item()) // US_PER_MS + 1)
-    return Decided(WinnerState(open_, pending), won, min(nexts) if nexts else None)
+        pending = pending.filter(pl.col(s.at).dt.epoch("us") >= watermark_ms * US_PER_MS)
+    kept = WinnerState(open_, pending)
+    return Decided(kept, won, next_due_ms(s, kept))
+
+
+def next_due_ms(spec: WinnerSpec, state: WinnerState) -> int | None:
+    """The earliest watermark (ms) at which `state` has something due: an entity's close, or the
+    instant after its last pending row, when the pending rows can go."""
+    nexts = []
+    if state.open is not None and state.open.height:
+        nexts.append(int(state.open.select(ceil_ms(pl.col(spec.closes).dt.epoch("us")).min()).item()))
+    if state.pending is not None and state.pending.height:
+        nexts.append(int(state.pending.select(pl.col(spec.at).dt.epoch("us").max()).item()) // US_PER_MS + 1)
+    return min(nexts) if nexts else None
+
+
+# ---- a state by keys: what lazy fetch moves (ADR 0025) -------------------------------------------
+
+
+def keys_of(spec: WinnerSpec, state: WinnerState) -> pl.DataFrame | None:
+    """The distinct keys `state` holds anything of (None when it holds nothing)."""
+    frames = [f.select(spec.keys) for f in (state.open, state.pending) if f is not None and f.height]
+    return pl.concat(frames, how="vertical_relaxed").unique() if frames else None
+
+
+def take(spec: WinnerSpec, state: WinnerState, keys: pl.DataFrame | None) -> tuple[WinnerState, WinnerState]:
+    """(the rows of `keys`, the rest): the step is key-local, so the two may live apart."""
+    if keys is None or keys.height == 0:
+        return WinnerState(), state
+    taken, kept = [], []
+    for frame in (state.open, state.pending):
+        if frame is None:
+            taken.append(None)
+            kept.append(None)
+            continue
+        wanted = keys.select([pl.col(k).cast(frame.schema[k]) for k in spec.keys]).unique()
+        taken.append(frame.join(wanted, on=spec.keys, how="semi"))
+        kept.append(frame.join(wanted, on=spec.keys, how="anti"))
+    return WinnerState(taken[0], taken[1]), WinnerState(kept[0], kept[1])
+
+
+def select(
+    spec: WinnerSpec, state: WinnerState, touched: pl.DataFrame | None, watermark_ms: int
+) -> tuple[WinnerState, WinnerState]:
+    """(what a step at `watermark_ms` over rows of the `touched` keys reads, the rest after the same
+    watermark): the entities it closes go with the first, the pending rows it drops leave the rest.
+    So `step` over the first, joined with the second, is `step` over the whole
+    (tests/merge/test_winner.py)."""
+    due = None
+    if state.open is not None and state.open.height:
+        closes = ceil_ms(pl.col(spec.closes).dt.epoch("us"))
+        due = state.open.filter(closes <= watermark_ms).select(spec.keys)
+    wanted = [k for k in (touched, due) if k is not None and k.height]
+    keys = pl.concat([k.select(spec.keys) for k in wanted], how="vertical_relaxed") if wanted else None
+    needed, rest = take(spec, state, keys)
+    return needed, expire(spec, rest, watermark_ms).state
+
+
+def joined(mine: WinnerState, other: WinnerState) -> WinnerState:
+    """Two states of disjoint keys as one; `other`'s entities are renumbered after `mine`'s (an entity's
+    number is unique within a state)."""
+    open_ = mine.open
+    if other.open is not None and other.open.height:
+        first = (int(open_[LID].max()) + 1) if open_ is not None and open_.height else 0  # type: ignore[arg-type]
+        renumbered = other.open.with_columns(pl.col(LID) - pl.col(LID).min() + first)
+        open_ = renumbered if open_ is None else _stacked(open_, renumbered)
+    pending = mine.pending
+    if other.pending is not None and other.pending.height:
+        pending = other.pending if pending is None else _stacked(pending, other.pending)
+    return WinnerState(open_, pending)
+
+
+def _stacked(mine: pl.DataFrame, other: pl.DataFrame) -> pl.DataFrame:
+    return pl.concat([mine, other.select(mine.columns)], how="vertical_relaxed")
 
 
 # ---- the state as named frames (merge/keyed_groups.py carries them in seals) --------------------

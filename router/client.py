@@ -172,6 +172,7 @@ class AgentClient:
         version: int,
         parts: list[tuple[str, int, int, int]],
         moved: pa.Table | None,
+        fresh: bool,
         forwarded: pa.Table | None,
         watermark_ms: int,
     ) -> tuple[pa.Table, str, bool]:
@@ -180,13 +181,22 @@ class AgentClient:
             program=program.dumps(),
             group=group,
             version=version,
-            parts=[self._pb2.ChunkRef(entity=e, start=a, end=b, seq=q) for e, a, b, q in parts],
+            parts=self._refs(parts),
             moved=encode(moved, self.compression) if moved is not None else b"",
+            fresh=fresh,
             forwarded=encode(forwarded, self.compression) if forwarded is not None else b"",
             watermark_ms=watermark_ms,
         )
         reply = self._retrying(self._stub.Seal, lambda: request, None, False)
         return decode(reply.payload), reply.worker_id, reply.ran_locally
+
+    def touched(self, program: ProgramSpec, group: int, parts: list[tuple[str, int, int, int]]) -> pa.Table:
+        """The keys the stashed records of `group` in `parts` are of."""
+        request = self._pb2.TouchedRequest(program=program.dumps(), group=group, parts=self._refs(parts))
+        return decode(self._retrying(self._stub.Touched, lambda: request, None, False).payload)
+
+    def _refs(self, parts: list[tuple[str, int, int, int]]) -> list[Any]:
+        return [self._pb2.ChunkRef(entity=e, start=a, end=b, seq=q) for e, a, b, q in parts]
 
     def hand_back(self, program: ProgramSpec, group: int, version: int) -> pa.Table:
         request = self._pb2.HandBackRequest(program=program.dumps(), group=group, version=version)

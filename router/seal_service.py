@@ -15,6 +15,7 @@ import pyarrow as pa
 
 from lambda_worker.program import ProgramSpec
 from merge.frames import pack, unpack
+from merge.keyed_batch import Fetch, Part
 from merge.keyed_groups import Frames, read_answer
 from router.client import AgentClient, shared_client
 
@@ -24,6 +25,7 @@ class AgentSealService:
     agent: str
     secret_file: str
     program: str  # the keyed operator's ProgramSpec JSON
+    fetch: Fetch = Fetch.LAZY
     timeout_s: float = 600.0
 
     @cached_property
@@ -34,12 +36,18 @@ class AgentSealService:
     def _client(self) -> AgentClient:
         return shared_client(self.agent, self.secret_file, self.timeout_s)
 
+    def touched(self, group: int, parts: list[Part]) -> pl.DataFrame:
+        keys = pl.from_arrow(self._client().touched(self._spec, group, parts))
+        assert isinstance(keys, pl.DataFrame)
+        return keys
+
     def seal(
         self,
         group: int,
         version: int,
-        parts: list[tuple[str, int, int, int]],
+        parts: list[Part],
         moved: Frames | None,
+        fresh: bool,
         forwarded: pl.DataFrame | None,
         watermark_ms: int,
     ) -> tuple[pl.DataFrame | None, int | None]:
@@ -50,6 +58,7 @@ class AgentSealService:
             version,
             parts,
             pack(moved, {}) if moved is not None else None,
+            fresh,
             forwarded.to_arrow() if forwarded is not None else None,
             watermark_ms,
         )

@@ -80,9 +80,34 @@ def operator_offloaded(node_id: str) -> str:
 
 def operators_offloaded(counters: Mapping[str, int]) -> dict[str, int]:
     """{node id: records} out of a snapshot of the counters (or their sum over agent restarts)."""
-    return {
-        k.removeprefix(OPERATOR_OFFLOADED): v for k, v in counters.items() if k.startswith(OPERATOR_OFFLOADED)
-    }
+    return _by_node(counters, OPERATOR_OFFLOADED)
+
+
+#: Per keyed operator, what its state handoffs moved (ADR 0025): keys the workers' side took from the
+#: VM's state, keys it handed back, and the state's bytes both ways (Arrow IPC, as sent).
+HANDOFF_FIGURES = ("keys_fetched", "keys_returned", "state_bytes_moved")
+
+
+def handoff_counter(figure: str, node_id: str) -> str:
+    if figure not in HANDOFF_FIGURES:
+        raise KeyError(f"unknown handoff figure {figure!r}")
+    return f"{figure}:{node_id}"
+
+
+def handoffs(counters: Mapping[str, int]) -> dict[str, dict[str, int]]:
+    """{node id: {figure: n}} for every keyed operator with a handoff, out of a snapshot of the counters."""
+    out: dict[str, dict[str, int]] = {}
+    for figure in HANDOFF_FIGURES:
+        for node, n in _by_node(counters, figure + ":").items():
+            out.setdefault(node, dict.fromkeys(HANDOFF_FIGURES, 0))[figure] = n
+    return out
+
+
+def _by_node(counters: Mapping[str, int], prefix: str) -> dict[str, int]:
+    return {k.removeprefix(prefix): v for k, v in counters.items() if k.startswith(prefix)}
+
+
+_PER_NODE = (OPERATOR_OFFLOADED, *(f + ":" for f in HANDOFF_FIGURES))
 
 
 class Counters:
@@ -91,7 +116,7 @@ class Counters:
         self._values = dict.fromkeys(ALL, 0)
 
     def add(self, name: str, n: int = 1) -> None:
-        if name not in self._values and not name.startswith(OPERATOR_OFFLOADED):
+        if name not in self._values and not name.startswith(_PER_NODE):
             raise KeyError(f"unknown counter {name!r}")
         with self._lock:
             self._values[name] = self._values.get(name, 0) + n

@@ -55,6 +55,15 @@ TargetOpt = Annotated[
         help="Where workers run: embedded (worker processes on this machine running the Lambda handler).",
     ),
 ]
+HandoffOpt = Annotated[
+    str,
+    typer.Option(
+        "--handoff",
+        help="How a keyed operator's state (Q4's and Q6's winners) goes to the workers: lazy (a key's "
+        "state moves with its first record there; the rest stays on the VM) or all-at-once (a key "
+        "group's whole state moves with its first batch). bench.handoff measures both.",
+    ),
+]
 InvocationTypeOpt = Annotated[
     str,
     typer.Option(
@@ -191,6 +200,7 @@ def offload_config(
     inject: list[str],
     invocation_type: str = "Event",
     default_workers: int = 2,
+    handoff: str = "lazy",
 ):
     """The run's offloading (None without --offload-share); `workers` None takes `default_workers`.
     The offloading flags without --offload-share would do nothing, so they are refused."""
@@ -204,6 +214,7 @@ def offload_config(
             for flag, set_ in (
                 ("--inject", bool(faults)),
                 ("--invocation-type", invocation_type != "Event"),
+                ("--handoff", handoff != "lazy"),
                 ("--workers", workers is not None),
                 ("--target", target != "embedded"),
             )
@@ -212,7 +223,16 @@ def offload_config(
         if given:
             raise ConfigError(f"{given[0]} needs --offload-share", hint="add e.g. --offload-share 0.5")
         return None
+    from merge.keyed_batch import Fetch
+
+    if handoff not in {f.value for f in Fetch}:
+        raise ConfigError(f"unknown --handoff {handoff!r}", hint=f"use {' or '.join(f.value for f in Fetch)}")
     workers = default_workers if workers is None else workers
     return OffloadConfig(
-        share=share, workers=workers, target=target, faults=faults, invocation_type=invocation_type
+        share=share,
+        workers=workers,
+        target=target,
+        faults=faults,
+        invocation_type=invocation_type,
+        fetch=Fetch(handoff),
     )

@@ -12,6 +12,7 @@ from core.cli.options import (
     DriverMemoryOpt,
     EventsOpt,
     ExecutorMemoryOpt,
+    HandoffOpt,
     InjectOpt,
     InvocationTypeOpt,
     OffloadShareOpt,
@@ -63,6 +64,7 @@ def run(
     workers: WorkersOpt = None,
     target: TargetOpt = "embedded",
     invocation_type: InvocationTypeOpt = "Event",
+    handoff: HandoffOpt = "lazy",
     inject: InjectOpt = None,
     driver_memory: DriverMemoryOpt = None,
     executor_memory: ExecutorMemoryOpt = None,
@@ -99,7 +101,9 @@ def run(
         max_events_per_batch=batch_events,
         spark=SparkConfig(master=master, memory=memory, jvm_log=output / "_logs" / "jvm.log"),
         input=input_dir,
-        offload=offload_config(offload_share, workers, target, inject or [], invocation_type),
+        offload=offload_config(
+            offload_share, workers, target, inject or [], invocation_type, handoff=handoff
+        ),
     )
     check_query(query)
     what = f"the events of {input_dir}" if input_dir is not None else f"{events:,} events"

@@ -411,6 +411,7 @@ def _summarise(
         "wall_s": result["summary"]["wall_s"],
         "records_offloaded": result["summary"].get("records_offloaded", 0),
         "operators_offloaded": result["summary"].get("operators_offloaded", {}),
+        "handoffs": result["summary"].get("handoffs", {}),
         "notes": _notes(result),
     }
 

@@ -20,6 +20,7 @@ from core.fault_spec import AGENT_KINDS, AGENT_RESTART, QUERY_RESTART, TASK_FAIL
 from core.nexmark.params import QueryParams
 from core.offload_chains import KEYED, PARTIAL, OffloadChain
 from core.offload_plan import DEFAULT_OFFLOAD_COST, OffloadPlan
+from merge.keyed_batch import Fetch
 
 TARGETS = ("embedded", "localstack", "aws")  # localstack and aws: a stack deployed by `sponge deploy`
 OFFLOAD_DIR = "_offload"
@@ -49,6 +50,7 @@ class OffloadConfig:
     # How the agent invokes a deployed function: "Event" (Lambda queues what it cannot run yet) or
     # "RequestResponse" (held for the session; a reached concurrency limit is an immediate 429).
     invocation_type: str = "Event"
+    fetch: Fetch = Fetch.LAZY  # how a keyed stage's state goes to the workers (ADR 0025)
 
     def __post_init__(self) -> None:
         if isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 1:
@@ -185,7 +187,7 @@ class OffloadSession:
 
     def stop(self) -> dict[str, Any]:
         """Stop the agent; the summary's offload fields."""
-        from router.stats import operators_offloaded
+        from router.stats import handoffs, operators_offloaded
 
         for timer in self._timers:
             timer.cancel()  # a restart not yet due never happens; one under way finishes first
@@ -206,6 +208,8 @@ class OffloadSession:
             "target": self.config.target,
             "records_offloaded": totals.get("records_offloaded", 0),
             "operators_offloaded": operators_offloaded(totals),
+            "handoffs": handoffs(totals),
+            "handoff": self.config.fetch.value,
             "worker_cpu_s": round(totals.get("worker_cpu_us", 0) / 1e6, 6),
             "records_run_locally_by_agent": totals.get("records_run_locally", 0),
             "workers_started": totals.get("workers_started", 0),
@@ -243,7 +247,7 @@ class OffloadSession:
         from router.seal_service import AgentSealService
 
         spec = ProgramSpec(self.query, (op_id,), self.params.window_size_s, self.params.window_slide_s)
-        return AgentSealService(self.agent.address, str(self.secret_file), spec.dumps())
+        return AgentSealService(self.agent.address, str(self.secret_file), spec.dumps(), self.config.fetch)
 
     def offloaded(self, spark: Any, run_config: Any, pace_origin: float) -> Callable[[OffloadChain], Any]:
         """The factory of the workers' result streams, one per chain (see core/spark/lower.py)."""

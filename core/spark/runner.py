@@ -189,6 +189,7 @@ def _run_query(
         "records_routed_to_workers": routed,
         "records_offloaded": 0,
         "operators_offloaded": {},
+        "handoffs": {},
         "epochs": epochs,
         "wall_s": round(wall_s, 3),
         "events_per_s": round(records_in / wall_s, 1) if wall_s > 0 else None,

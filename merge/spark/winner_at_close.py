@@ -27,12 +27,9 @@ that no later one could (its time is behind the watermark).
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
-from typing import Protocol
 
 import pandas as pd
 import polars as pl
-import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import (
@@ -43,37 +40,19 @@ from pyspark.sql.streaming.stateful_processor import (
 )
 from pyspark.sql.types import IntegralType, StructField, StructType, TimestampType
 
-from core.offload_plan import KEY_GROUPS, key_groups_of
+from core.offload_plan import KEY_GROUPS
 from core.plan import WinnerAtClose
-from merge.keyed_groups import GROUP, RECEIPT, Frames, GroupState, Where, after, decide
+from merge.keyed_batch import RECEIPT_SIDE, Fetch, SealService, run_batch
+from merge.keyed_groups import GROUP, RECEIPT, GroupState
 from merge.spark.frame_state import FrameValue, NextTimer, input_frame
-from merge.winner import LID, SIDE, WinnerSpec, WinnerState, expire, key_column, state_frames, state_of, step
+from merge.winner import SIDE, WinnerSpec, WinnerState, key_column
 
 _BUCKET = "sponge_bucket"  # the group: a bucket of key groups
-_RECEIPT_SIDE = 2
-_SEALS_AT_ONCE = 16  # a batch's seals in flight from one task: the agent spreads them over the workers
-_HELD = {"group": pl.Int64, "on_workers": pl.Boolean, "version": pl.Int64, "next_due_ms": pl.Int64}
-
-
-class SealService(Protocol):
-    """The agent, as the processor sees it (router/seal_service.py): picklable, no router import."""
-
-    def seal(
-        self,
-        group: int,
-        version: int,
-        parts: list[tuple[str, int, int, int]],
-        moved: Frames | None,
-        forwarded: pl.DataFrame | None,
-        watermark_ms: int,
-    ) -> tuple[pl.DataFrame | None, int | None]: ...
-
-    def hand_back(self, group: int, version: int) -> dict[str, pl.DataFrame | None]: ...
 
 
 class WinnerProcessor(StatefulProcessor):
-    """The state of one bucket of key groups: the VM-held entities in two frames, the step itself
-    merge/winner.py's, and (with a seal service) which groups workers hold."""
+    """The state of one bucket of key groups: the VM-held entities in two frames, the batch itself
+    merge/keyed_batch.py's, and (with a seal service) which groups workers hold."""
 
     def __init__(self, spec: WinnerSpec, service: SealService | None = None) -> None:
         self.spec = spec
@@ -100,78 +79,19 @@ class WinnerProcessor(StatefulProcessor):
 
     def _run(self, new: pl.DataFrame | None, watermark_ms: int) -> Iterator[pd.DataFrame]:
         s = self.spec
-        local = new.filter(pl.col(SIDE) != _RECEIPT_SIDE) if new is not None else None
         vm = WinnerState(self.open.get(), self.pending.get())
-        outs: list[pl.DataFrame] = []
         held = self._held() if self.service is not None else {}
-        if self.service is not None:
-            receipts = new.filter(pl.col(SIDE) == _RECEIPT_SIDE) if new is not None else None
-            local, vm = self._groups_elsewhere(local, receipts, vm, held, watermark_ms, outs)
-        decided = (
-            step(s, vm, local.select(s.columns), watermark_ms)
-            if local is not None
-            else expire(s, vm, watermark_ms)
-        )
-        vm = decided.state
-        if decided.won is not None and decided.won.height:
-            outs.append(decided.won)
-        if vm.open is not None:
-            self.open.put(vm.open)
-        if vm.pending is not None:
-            self.pending.put(vm.pending)
+        fetch = self.service.fetch if self.service is not None else Fetch.LAZY
+        batch = run_batch(s, self.service, fetch, vm, held, new, watermark_ms)
+        if batch.state.open is not None:
+            self.open.put(batch.state.open)
+        if batch.state.pending is not None:
+            self.pending.put(batch.state.pending)
         if self.service is not None:  # without one, no group is ever held elsewhere
-            self._keep_held(held)
-        dues = [g.next_due_ms for g in held.values() if g.on_workers and g.next_due_ms is not None]
-        if decided.next_due_ms is not None:
-            dues.append(decided.next_due_ms)
-        self.timer.ensure(min(dues) if dues else None, watermark_ms)
-        for out in outs:
+            self._keep_held(batch.held)
+        self.timer.ensure(batch.next_due_ms, watermark_ms)
+        for out in batch.outs:
             yield out.select(*s.left, *s.right).to_pandas()
-
-    def _groups_elsewhere(
-        self,
-        local: pl.DataFrame | None,
-        receipts: pl.DataFrame | None,
-        vm: WinnerState,
-        held: dict[int, GroupState],
-        watermark_ms: int,
-        outs: list[pl.DataFrame],
-    ) -> tuple[pl.DataFrame | None, WinnerState]:
-        """Carry out each group's decision (merge/keyed_groups.py) but the VM's own step; return the
-        rows and state left to it. The seals of different groups are independent and run at once."""
-        service = self.service
-        assert service is not None
-        local_groups = set(local[GROUP].to_list()) if local is not None else set()
-        refs: dict[int, list[tuple[str, int, int, int]]] = {}
-        if receipts is not None:
-            for r in receipts.select(GROUP, *RECEIPT).unique().sort(GROUP, *RECEIPT).iter_rows():
-                refs.setdefault(r[0], []).append(r[1:])
-        due = {g for g, st in held.items() if st.on_workers and st.next_due_ms is not None}
-        seals = []
-        for g in sorted(local_groups | set(refs) | due):
-            st = held.get(g, GroupState())
-            d = decide(st, g in local_groups, g in refs, watermark_ms)
-            if d.where is Where.WORKERS:
-                moved = None
-                if d.move_in:
-                    taken, vm = _take(vm, g, self.spec)
-                    moved = state_frames(taken)
-                forwarded = None
-                if d.forward and local is not None:
-                    forwarded = local.filter(pl.col(GROUP) == g).select(self.spec.columns)
-                    local = local.filter(pl.col(GROUP) != g)
-                seals.append((g, st, d, (g, st.version, refs.get(g, []), moved, forwarded, watermark_ms)))
-            elif d.where is Where.VM and d.hand_back:
-                vm = _merge(vm, state_of(service.hand_back(g, st.version)))
-                held[g] = after(st, d, None)
-        if seals:
-            with ThreadPoolExecutor(min(len(seals), _SEALS_AT_ONCE), thread_name_prefix="seal") as pool:
-                answers = list(pool.map(lambda args: service.seal(*args), [a for *_, a in seals]))
-            for (g, st, d, _), (out, next_due) in zip(seals, answers, strict=True):
-                if out is not None and out.height:
-                    outs.append(out)
-                held[g] = after(st, d, next_due)
-        return local, vm
 
     def _held(self) -> dict[int, GroupState]:
         frame = self.groups.get()
@@ -192,12 +112,7 @@ class WinnerProcessor(StatefulProcessor):
                     "version": [st.version for st in kept.values()],
                     "next_due_ms": [st.next_due_ms for st in kept.values()],
                 },
-                schema={
-                    "group": pl.Int64,
-                    "on_workers": pl.Boolean,
-                    "version": pl.Int64,
-                    "next_due_ms": pl.Int64,
-                },
+                schema=_HELD,
             )
         )
 
@@ -205,49 +120,7 @@ class WinnerProcessor(StatefulProcessor):
         pass
 
 
-def _groups_of(frame: pl.DataFrame, spec: WinnerSpec) -> pl.Series:
-    keys = pa.table({k: frame[k].to_arrow() for k in spec.keys})
-    return pl.Series(key_groups_of(keys).astype("int64"))
-
-
-def _take(vm: WinnerState, group: int, spec: WinnerSpec) -> tuple[WinnerState, WinnerState]:
-    """(the group's entities and pending rows, the rest): what moves to the workers with a seal."""
-    taken, kept = [], []
-    for frame in (vm.open, vm.pending):
-        if frame is None:
-            taken.append(None)
-            kept.append(None)
-            continue
-        mine = _groups_of(frame, spec) == group
-        taken.append(frame.filter(mine))
-        kept.append(frame.filter(~mine))
-    return WinnerState(taken[0], taken[1]), WinnerState(kept[0], kept[1])
-
-
-def _merge(vm: WinnerState, back: WinnerState) -> WinnerState:
-    """The VM's state with a group's state handed back; the returned entities are renumbered after
-    the VM's own (an entity's number is unique within its bucket's frame)."""
-    open_ = vm.open
-    if back.open is not None and back.open.height:
-        first = (int(open_[LID].max()) + 1) if open_ is not None and open_.height else 0  # type: ignore[arg-type]
-        renumbered = back.open.with_columns(pl.col(LID) - pl.col(LID).min() + first)
-        open_ = (
-            renumbered
-            if open_ is None
-            else pl.concat([open_, renumbered.select(open_.columns)], how="vertical_relaxed")
-        )
-    pending = vm.pending
-    if back.pending is not None and back.pending.height:
-        pending = (
-            back.pending
-            if pending is None
-            else pl.concat([pending, back.pending.select(pending.columns)], how="vertical_relaxed")
-        )
-    return WinnerState(open_, pending)
-
-
-def _stacked(mine: pl.DataFrame, back: pl.DataFrame) -> pl.DataFrame:
-    return pl.concat([mine, back.select(mine.columns)], how="vertical_relaxed")
+_HELD = {"group": pl.Int64, "on_workers": pl.Boolean, "version": pl.Int64, "next_due_ms": pl.Int64}
 
 
 def _blank(field: StructField) -> Column:
@@ -280,7 +153,7 @@ def _receipts(
     """A keyed input's receipts (router/keyed_route.py) in the operator's input layout."""
     key_types = [left.schema[k] for k in keys]
     cols = [
-        F.lit(_RECEIPT_SIDE).alias(SIDE),
+        F.lit(RECEIPT_SIDE).alias(SIDE),
         *[_blank(StructField(key_column(i), f.dataType)) for i, f in enumerate(key_types)],
         *[_blank(f) for f in (*left.schema.fields, *right.schema.fields)],
         F.col(GROUP).cast("int").alias(GROUP),

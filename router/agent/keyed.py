@@ -17,10 +17,13 @@ from typing import Any
 
 import polars as pl
 
+from core.errors import ConfigError
 from core.wire.arrow_ipc import decode, encode
+from lambda_worker.keyed import KeyedProgram
 from lambda_worker.program import ProgramSpec
 from merge.frames import pack, unpack
-from merge.keyed_groups import read_answer, seal_answer, seal_request
+from merge.keyed_groups import Frames, read_answer, seal_answer, seal_request
+from router import stats
 from router.handoff_store import ChunkRef, HandoffStore
 from router.result_cache import ChunkKey
 
@@ -30,13 +33,43 @@ Offload = Callable[[ChunkKey, str, bytes], tuple[futures.Future[Any], bool]]
 
 
 class KeyedAgent:
-    def __init__(self, store: HandoffStore, offload: Offload, compression: str) -> None:
+    def __init__(
+        self, store: HandoffStore, offload: Offload, compression: str, counters: stats.Counters
+    ) -> None:
         self.store = store
         self.offload = offload
         self.compression = compression
+        self.counters = counters
+        self._programs: dict[str, tuple[ProgramSpec, KeyedProgram]] = {}
+
+    def _program(self, program_json: str) -> tuple[ProgramSpec, KeyedProgram]:
+        """Compiled once per operator: every group of every batch asks with the same JSON."""
+        known = self._programs.get(program_json)
+        if known is None:
+            spec = ProgramSpec.loads(program_json)
+            program = spec.compile()
+            if not isinstance(program, KeyedProgram):
+                raise ConfigError(f"program {spec.node_ids} is not a keyed operator's step")
+            known = self._programs[program_json] = (spec, program)
+        return known
 
     def stash(self, ref: ChunkRef, payload: bytes) -> None:
         self.store.stash(ref, decode(payload))
+
+    def _records(self, group: int, parts: Sequence[ChunkRef]) -> dict[str, pl.DataFrame]:
+        records: dict[str, list[pl.DataFrame]] = {}
+        for ref in parts:
+            table = pl.from_arrow(self.store.records(ref, group))
+            assert isinstance(table, pl.DataFrame)
+            records.setdefault(ref.entity, []).append(table)
+        return {e: pl.concat(fs, how="vertical_relaxed") for e, fs in records.items()}
+
+    def touched(self, program_json: str, group: int, parts: Sequence[ChunkRef]) -> bytes:
+        """The keys the stashed records of `group` in `parts` are of: what a lazy fetch takes from the
+        VM's state before the seal (ADR 0025)."""
+        _, program = self._program(program_json)
+        keys = program.touched(self._records(group, parts), None)
+        return encode(keys.to_arrow(), self.compression)
 
     def seal(
         self,
@@ -45,24 +78,29 @@ class KeyedAgent:
         version: int,
         parts: Sequence[ChunkRef],
         moved: bytes,
+        fresh: bool,
         forwarded: bytes,
         watermark_ms: int,
     ) -> futures.Future[Any]:
         """Submit the group's batch; the future's outcome carries the seal's answer (the outputs and the
-        next due time) once the new state is stored."""
-        spec = ProgramSpec.loads(program_json)
+        next due time) once the new state is stored.
+
+        The group's state is the stored version (none when `fresh`: it moves in now) with the keys
+        `moved` from the VM; the worker gets only what this batch reads (merge/winner.py `select`), and
+        its answer is joined with the rest before it is stored."""
+        spec, program = self._program(program_json)
         op = spec.node_ids[0]
-        state = self._state(op, group, version) if not moved else unpack(decode(moved))[0]
-        records: dict[str, list[pl.DataFrame]] = {}
-        for ref in parts:
-            table = pl.from_arrow(self.store.records(ref, group))
-            assert isinstance(table, pl.DataFrame)
-            records.setdefault(ref.entity, []).append(table)
-        by_entity = {e: pl.concat(fs, how="vertical_relaxed") for e, fs in records.items()}
-        rows = pl.from_arrow(decode(forwarded)) if forwarded else None
-        request = seal_request(
-            state, by_entity, rows if isinstance(rows, pl.DataFrame) else None, watermark_ms
-        )
+        state: Frames = {} if fresh else self._state(op, group, version)
+        if moved:
+            arrived = unpack(decode(moved))[0]
+            state = program.joined(state, arrived)
+            self.counters.add(stats.handoff_counter("keys_fetched", op), program.key_count(arrived))
+            self.counters.add(stats.handoff_counter("state_bytes_moved", op), len(moved))
+        by_entity = self._records(group, parts)
+        decoded = pl.from_arrow(decode(forwarded)) if forwarded else None
+        rows = decoded if isinstance(decoded, pl.DataFrame) else None
+        needed, rest = program.select(state, program.touched(by_entity, rows), watermark_ms)
+        request = seal_request(needed, by_entity, rows, watermark_ms)
         key = ChunkKey(version, group, SEAL_SEQ, spec.program_id)
         fut, _ = self.offload(key, program_json, encode(request, self.compression))
         done: futures.Future[Any] = futures.Future()
@@ -70,9 +108,10 @@ class KeyedAgent:
         def stored(f: futures.Future[Any]) -> None:
             try:
                 outcome = f.result()
-                new_state, out, due = read_answer(decode(outcome.payload))
-                self.store.put_state(op, group, version + 1, pack(new_state, {}))
-                answer = encode(seal_answer({}, out, due), self.compression)
+                new_state, out, _ = read_answer(decode(outcome.payload))
+                whole = program.joined(new_state, rest)
+                self.store.put_state(op, group, version + 1, pack(whole, {}))
+                answer = encode(seal_answer({}, out, program.next_due_ms(whole)), self.compression)
                 done.set_result((answer, outcome))
             except BaseException as e:
                 done.set_exception(e)
@@ -82,8 +121,13 @@ class KeyedAgent:
 
     def hand_back(self, program_json: str, group: int, version: int) -> bytes:
         """The group's state at `version`, packed (an empty state when none was ever stored)."""
-        op = ProgramSpec.loads(program_json).node_ids[0]
-        return encode(pack(self._state(op, group, version), {}), self.compression)
+        spec, program = self._program(program_json)
+        op = spec.node_ids[0]
+        state = self._state(op, group, version)
+        payload = encode(pack(state, {}), self.compression)
+        self.counters.add(stats.handoff_counter("keys_returned", op), program.key_count(state))
+        self.counters.add(stats.handoff_counter("state_bytes_moved", op), len(payload))
+        return payload
 
     def _state(self, op: str, group: int, version: int) -> dict[str, pl.DataFrame | None]:
         stored = self.store.state(op, group, version)

@@ -66,7 +66,7 @@ class AgentServer:
         self.dispatcher = Dispatcher(config.dispatch, self.counters, self._run_local)
         self.cache = ResultCache(config.result_cache_bytes, lambda o: len(o.payload))
         self.keyed = (
-            KeyedAgent(HandoffStore(config.handoff_dir), self.offload, config.compression)
+            KeyedAgent(HandoffStore(config.handoff_dir), self.offload, config.compression, self.counters)
             if config.handoff_dir is not None
             else None
         )
@@ -290,6 +290,7 @@ class _Servicer:
                 request.version,
                 refs,
                 request.moved,
+                request.fresh,
                 request.forwarded,
                 request.watermark_ms,
             )
@@ -301,6 +302,17 @@ class _Servicer:
         return self.pb2.SealReply(
             payload=answer, worker_id=outcome.worker_id, ran_locally=outcome.ran_locally
         )
+
+    def Touched(self, request: Any, context: Any) -> Any:
+        keyed = self._keyed(context)
+        refs = [ChunkRef(c.entity, c.start, c.end, c.seq) for c in request.parts]
+        try:
+            payload = keyed.touched(request.program, request.group, refs)
+        except KeyError as e:
+            self._fail(context, self.grpc.StatusCode.FAILED_PRECONDITION, "MissingKeyedState", str(e))
+        except (ConfigError, InputError) as e:
+            self._fail(context, self.grpc.StatusCode.INVALID_ARGUMENT, type(e).__name__, e.one_line())
+        return self.pb2.TouchedReply(payload=payload)
 
     def HandBack(self, request: Any, context: Any) -> Any:
         keyed = self._keyed(context)

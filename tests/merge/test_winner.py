@@ -11,12 +11,17 @@ from hypothesis import strategies as st
 
 from core.expr import col
 from merge.winner import (
+    LID,
     SIDE,
     WinnerSpec,
     WinnerState,
     expire,
+    joined,
     key_column,
+    keys_of,
+    select,
     step,
+    take,
 )
 
 pytestmark = pytest.mark.timeout(120)
@@ -152,3 +157,56 @@ def test_a_replayed_batch_changes_nothing() -> None:
     assert again.state.open is not None and first.state.open is not None
     assert again.state.open.select("price").to_series().to_list() == [9]
     assert again.next_due_ms == first.next_due_ms == 3_001  # the pending bids' last instant, then the close
+
+
+def _rows_of(state: WinnerState) -> tuple[list, list]:
+    """A state's rows, entity numbers aside (they only name rows within a state), in a fixed order."""
+    return tuple(  # type: ignore[return-value]
+        sorted(map(repr, f.drop(LID, strict=False).iter_rows())) if f is not None else []
+        for f in (state.open, state.pending)
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    auctions=auctions,
+    bids=bids,
+    cuts=st.lists(st.integers(0, 35), max_size=6),
+    extra=st.lists(st.sets(st.integers(0, 6)), min_size=8, max_size=8),
+)
+def test_a_step_over_the_selected_keys_joined_with_the_rest_is_the_step_over_the_whole(
+    auctions: list[tuple[int, int, int, int]],
+    bids: list[tuple[int, int, int]],
+    cuts: list[int],
+    extra: list[set[int]],
+) -> None:
+    """Lazy fetch's premise: a batch needs only its keys' state and the entities its watermark closes;
+    any other keys may come along or stay behind."""
+    state, watermark_ms = WinnerState(), 0
+    for n, batch in enumerate(_cut(_rows(auctions, bids), cuts)):
+        new = _frame([r for _, r in batch])
+        touched = pl.concat(
+            [
+                new.select(SPEC.keys),
+                pl.DataFrame({key_column(0): sorted(extra[n % 8])}, schema={key_column(0): pl.Int64}),
+            ]
+        )
+        whole = step(SPEC, state, new, watermark_ms)
+        needed, rest = select(SPEC, state, touched, watermark_ms)
+        part = step(SPEC, needed, new, watermark_ms)
+        assert _rows_of(joined(part.state, rest)) == _rows_of(whole.state)
+        won = [{tuple(r) for r in d.won.iter_rows()} if d.won is not None else set() for d in (part, whole)]
+        assert won[0] == won[1]
+        state = joined(part.state, rest)
+        if batch:
+            watermark_ms = max(watermark_ms, max(t for t, _ in batch) * 1000)
+
+
+def test_take_splits_a_state_by_keys_and_an_empty_key_set_takes_nothing() -> None:
+    rows = _rows([(1, 0, 10, 5), (2, 0, 10, 5)], [(1, 2, 7), (2, 3, 9), (3, 4, 1)])
+    state = step(SPEC, WinnerState(), _frame([r for _, r in rows]), 0).state
+    mine, rest = take(SPEC, state, pl.DataFrame({key_column(0): [2, 3]}))
+    assert keys_of(SPEC, mine)[key_column(0)].sort().to_list() == [2, 3]  # type: ignore[index]
+    assert keys_of(SPEC, rest)[key_column(0)].to_list() == [1]  # type: ignore[index]
+    nothing, everything = take(SPEC, state, None)
+    assert keys_of(SPEC, nothing) is None and _rows_of(everything) == _rows_of(state)

@@ -30,6 +30,7 @@ PARAMS = QueryParams(window_size_s=4, window_slide_s=2)
 OFFLOAD_FIELDS = {
     "records_offloaded",
     "operators_offloaded",
+    "handoffs",
     "worker_cpu_s",
     "workers_started",
     "cold_starts",

@@ -1,0 +1,175 @@
+"""One batch of a bucket of key groups of the winner operator, free of Spark: the VM's step, the seals
+of the groups workers run, the state that moves between them.
+
+Why apart from the Spark processor (merge/spark/winner_at_close.py, which only loads the state,
+calls `run_batch` and saves what it returns): the same code is what bench.handoff measures and what
+the unit tests drive with an in-process agent, so the figures and the tests are of the product's
+own handoff. The per-group rule is merge/keyed_groups.py's `decide`; what moves when a group goes to
+the workers is the `Fetch` option (ADR 0025):
+
+- `LAZY` (the default): a seal takes from the VM's state only the keys its batch's records are of
+  (the agent names them, `SealService.touched`); every other key stays and is stepped on the VM
+  until a record of it goes to a worker (the lazy-fetch thesis, ch. 4);
+- `ALL_AT_ONCE`: the group's whole state goes with its first seal (ADR 0024).
+
+Either way the workers' side holds the keys it took until a batch brings the group's records back
+to the VM, which then takes the keys back (`hand_back`) before its step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
+
+import polars as pl
+import pyarrow as pa
+
+from core.offload_plan import key_groups_of
+from merge.keyed_groups import GROUP, RECEIPT, Frames, GroupState, Where, after, decide
+from merge.winner import SIDE, WinnerSpec, WinnerState, expire, joined, state_frames, state_of, step, take
+
+RECEIPT_SIDE = 2  # a receipt row's sponge_side: records of its group are stashed at the agent
+SEALS_AT_ONCE = 16  # a batch's seals in flight from one task: the agent spreads them over the workers
+
+Part = tuple[str, int, int, int]  # a stashed chunk: (entity, start, end, seq)
+
+
+class Fetch(StrEnum):
+    LAZY = "lazy"
+    ALL_AT_ONCE = "all-at-once"
+
+
+class SealService(Protocol):
+    """The agent, as the VM's operator sees it (router/seal_service.py): picklable, no router import."""
+
+    def touched(self, group: int, parts: list[Part]) -> pl.DataFrame: ...
+
+    def seal(
+        self,
+        group: int,
+        version: int,
+        parts: list[Part],
+        moved: Frames | None,
+        fresh: bool,
+        forwarded: pl.DataFrame | None,
+        watermark_ms: int,
+    ) -> tuple[pl.DataFrame | None, int | None]: ...
+
+    def hand_back(self, group: int, version: int) -> dict[str, pl.DataFrame | None]: ...
+
+
+@dataclass(frozen=True)
+class Batch:
+    """What a batch leaves: the VM's state, the groups' bookkeeping, the outputs and the earliest
+    watermark (ms) at which something more is due, on the VM or on the workers."""
+
+    state: WinnerState
+    held: dict[int, GroupState]
+    outs: list[pl.DataFrame]
+    next_due_ms: int | None
+
+
+def run_batch(
+    spec: WinnerSpec,
+    service: SealService | None,
+    fetch: Fetch,
+    vm: WinnerState,
+    held: Mapping[int, GroupState],
+    new: pl.DataFrame | None,
+    watermark_ms: int,
+) -> Batch:
+    """One batch: `new` holds the VM's rows (`spec.columns`, `GROUP`) and receipts (RECEIPT_SIDE)."""
+    local = new.filter(pl.col(SIDE) != RECEIPT_SIDE) if new is not None else None
+    outs: list[pl.DataFrame] = []
+    groups = dict(held)
+    if service is not None:
+        receipts = new.filter(pl.col(SIDE) == RECEIPT_SIDE) if new is not None else None
+        local, vm = _groups_elsewhere(spec, service, fetch, local, receipts, vm, groups, watermark_ms, outs)
+    if local is not None:
+        decided = step(spec, vm, local.select(spec.columns), watermark_ms)
+    else:
+        decided = expire(spec, vm, watermark_ms)
+    if decided.won is not None and decided.won.height:
+        outs.append(decided.won)
+    dues = [g.next_due_ms for g in groups.values() if g.on_workers and g.next_due_ms is not None]
+    if decided.next_due_ms is not None:
+        dues.append(decided.next_due_ms)
+    return Batch(decided.state, groups, outs, min(dues) if dues else None)
+
+
+def _groups_elsewhere(
+    spec: WinnerSpec,
+    service: SealService,
+    fetch: Fetch,
+    local: pl.DataFrame | None,
+    receipts: pl.DataFrame | None,
+    vm: WinnerState,
+    held: dict[int, GroupState],
+    watermark_ms: int,
+    outs: list[pl.DataFrame],
+) -> tuple[pl.DataFrame | None, WinnerState]:
+    """Carry out each group's decision but the VM's own step; return the rows and state left to it.
+    The seals of different groups are independent and run at once (DRRS's subscales)."""
+    local_groups = set(local[GROUP].to_list()) if local is not None else set()
+    refs: dict[int, list[Part]] = {}
+    if receipts is not None:
+        for r in receipts.select(GROUP, *RECEIPT).unique().sort(GROUP, *RECEIPT).iter_rows():
+            refs.setdefault(r[0], []).append(r[1:])
+    due = {g for g, st in held.items() if st.on_workers and st.next_due_ms is not None}
+    sealing = []
+    for g in sorted(local_groups | set(refs) | due):
+        st = held.get(g, GroupState())
+        d = decide(st, g in local_groups, g in refs, watermark_ms)
+        if d.where is Where.WORKERS:
+            forwarded = None
+            if d.forward and local is not None:
+                forwarded = local.filter(pl.col(GROUP) == g).select(spec.columns)
+                local = local.filter(pl.col(GROUP) != g)
+            sealing.append((g, st, d, forwarded))
+        elif d.where is Where.VM and d.hand_back:
+            vm = joined(vm, state_of(service.hand_back(g, st.version)))
+            held[g] = after(st, d, None)
+    if not sealing:
+        return local, vm
+    lanes = min(len(sealing), SEALS_AT_ONCE)
+    with ThreadPoolExecutor(lanes, thread_name_prefix="seal") as pool:
+        if fetch is Fetch.LAZY:
+            wanted = [(g, refs.get(g, []), fw) for g, _, _, fw in sealing]
+            keys = list(pool.map(lambda a: _keys(service, spec, *a), wanted))
+        else:
+            keys = [_group_keys(vm, g, spec) if d.move_in else None for g, _, d, _ in sealing]
+        seals = []
+        for (g, st, d, forwarded), k in zip(sealing, keys, strict=True):
+            moved, vm = take(spec, vm, k)
+            some = any(f is not None and f.height for f in (moved.open, moved.pending))
+            frames = state_frames(moved) if some else None
+            seals.append((g, st.version, refs.get(g, []), frames, d.move_in, forwarded, watermark_ms))
+        answers = list(pool.map(lambda args: service.seal(*args), seals))
+    for (g, st, d, _), (out, next_due) in zip(sealing, answers, strict=True):
+        if out is not None and out.height:
+            outs.append(out)
+        held[g] = after(st, d, next_due)
+    return local, vm
+
+
+def _keys(
+    service: SealService, spec: WinnerSpec, group: int, parts: list[Part], forwarded: pl.DataFrame | None
+) -> pl.DataFrame | None:
+    """The keys a group's seal reads: its stashed records' (named by the agent) and its forwarded rows'."""
+    frames = [service.touched(group, parts)] if parts else []
+    if forwarded is not None and forwarded.height:
+        frames.append(forwarded.select(spec.keys))
+    return pl.concat(frames, how="vertical_relaxed") if frames else None
+
+
+def _group_keys(vm: WinnerState, group: int, spec: WinnerSpec) -> pl.DataFrame | None:
+    """Every key of `group` in the VM's state: what moves all at once."""
+    frames = [f.select(spec.keys) for f in (vm.open, vm.pending) if f is not None and f.height]
+    if not frames:
+        return None
+    keys = pl.concat(frames, how="vertical_relaxed").unique()
+    groups = pl.Series(key_groups_of(pa.table({k: keys[k].to_arrow() for k in spec.keys})).astype("int64"))
+    return keys.filter(groups == group)
