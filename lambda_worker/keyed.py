@@ -10,6 +10,7 @@ lowering does on the VM (merge/spark/winner_at_close.py).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import polars as pl
@@ -19,6 +20,7 @@ from core.arrow_types import ARROW_TYPES
 from core.errors import PlanError
 from core.expr import DType
 from core.keyed_stages import keyed_stages
+from core.offload_plan import key_groups_of
 from core.plan import LogicalPlan, WinnerAtClose
 from lambda_worker.transient import TransientProgram
 from merge.keyed_groups import GROUP, Frames, read_request, seal_answer
@@ -117,6 +119,18 @@ class KeyedProgram:
 
     def joined(self, mine: Frames, other: Frames) -> Frames:
         return state_frames(joined(state_of(mine), state_of(other)))
+
+    def by_group(self, state: Frames, groups: Iterable[int]) -> dict[int, Frames]:
+        """`state` cut by key group (ADR 0023), one entry per group of `groups`, empty where it holds none."""
+        cut: dict[int, dict[str, pl.DataFrame | None]] = {g: {} for g in groups}
+        for name, frame in state.items():
+            if frame is None:
+                continue
+            keys = pa.table({k: frame[k].to_arrow() for k in self.spec.keys})
+            of = pl.Series(key_groups_of(keys).astype("int64"))
+            for g in cut:
+                cut[g][name] = frame.filter(of == g)
+        return cut  # type: ignore[return-value]
 
     def next_due_ms(self, state: Frames) -> int | None:
         return next_due_ms(self.spec, state_of(state))

@@ -32,7 +32,7 @@ from merge.keyed_groups import GROUP, RECEIPT, Frames, GroupState, Where, after,
 from merge.winner import SIDE, WinnerSpec, WinnerState, expire, joined, state_frames, state_of, step, take
 
 RECEIPT_SIDE = 2  # a receipt row's sponge_side: records of its group are stashed at the agent
-SEALS_AT_ONCE = 16  # a batch's seals in flight from one task: the agent spreads them over the workers
+SEALS_AT_ONCE = 4  # a batch's seals from one task, each of a run of its groups, all in flight at once
 
 Part = tuple[str, int, int, int]  # a stashed chunk: (entity, start, end, seq)
 
@@ -45,18 +45,19 @@ class Fetch(StrEnum):
 class SealService(Protocol):
     """The agent, as the VM's operator sees it (router/seal_service.py): picklable, no router import."""
 
-    def touched(self, group: int, parts: list[Part]) -> pl.DataFrame: ...
+    def touched(self, groups: list[int], parts: list[Part]) -> pl.DataFrame: ...
 
     def seal(
         self,
-        group: int,
-        version: int,
+        groups: list[tuple[int, int, bool]],
         parts: list[Part],
         moved: Frames | None,
-        fresh: bool,
         forwarded: pl.DataFrame | None,
         watermark_ms: int,
-    ) -> tuple[pl.DataFrame | None, int | None]: ...
+    ) -> tuple[pl.DataFrame | None, dict[int, int | None]]:
+        """Run the batch of `groups`, each (group, version, fresh), on a worker: the outputs, and
+        when each group is next due."""
+        ...
 
     def hand_back(self, group: int, version: int) -> dict[str, pl.DataFrame | None]: ...
 
@@ -134,42 +135,54 @@ def _groups_elsewhere(
             held[g] = after(st, d, None)
     if not sealing:
         return local, vm
-    lanes = min(len(sealing), SEALS_AT_ONCE)
-    with ThreadPoolExecutor(lanes, thread_name_prefix="seal") as pool:
+    n = min(len(sealing), SEALS_AT_ONCE)
+    lanes = [sealing[i * len(sealing) // n : (i + 1) * len(sealing) // n] for i in range(n)]
+    parts = [sorted({p for g, *_ in lane for p in refs.get(g, [])}) for lane in lanes]
+    rows = [_stacked([fw for *_, fw in lane if fw is not None]) for lane in lanes]
+    with ThreadPoolExecutor(n, thread_name_prefix="seal") as pool:
         if fetch is Fetch.LAZY:
-            wanted = [(g, refs.get(g, []), fw) for g, _, _, fw in sealing]
+            wanted = [([g for g, *_ in lane], p, r) for lane, p, r in zip(lanes, parts, rows, strict=True)]
             keys = list(pool.map(lambda a: _keys(service, spec, *a), wanted))
         else:
-            keys = [_group_keys(vm, g, spec) if d.move_in else None for g, _, d, _ in sealing]
+            keys = [_group_keys(vm, [g for g, _, d, _ in lane if d.move_in], spec) for lane in lanes]
         seals = []
-        for (g, st, d, forwarded), k in zip(sealing, keys, strict=True):
+        for lane, k, p, r in zip(lanes, keys, parts, rows, strict=True):
             moved, vm = take(spec, vm, k)
             some = any(f is not None and f.height for f in (moved.open, moved.pending))
-            frames = state_frames(moved) if some else None
-            seals.append((g, st.version, refs.get(g, []), frames, d.move_in, forwarded, watermark_ms))
+            groups = [(g, st.version, d.move_in) for g, st, d, _ in lane]
+            seals.append((groups, p, state_frames(moved) if some else None, r, watermark_ms))
         answers = list(pool.map(lambda args: service.seal(*args), seals))
-    for (g, st, d, _), (out, next_due) in zip(sealing, answers, strict=True):
+    for lane, (out, dues) in zip(lanes, answers, strict=True):
         if out is not None and out.height:
             outs.append(out)
-        held[g] = after(st, d, next_due)
+        for g, st, d, _ in lane:
+            held[g] = after(st, d, dues.get(g))
     return local, vm
 
 
+def _stacked(frames: list[pl.DataFrame]) -> pl.DataFrame | None:
+    return pl.concat(frames, how="vertical_relaxed") if frames else None
+
+
 def _keys(
-    service: SealService, spec: WinnerSpec, group: int, parts: list[Part], forwarded: pl.DataFrame | None
+    service: SealService,
+    spec: WinnerSpec,
+    groups: list[int],
+    parts: list[Part],
+    forwarded: pl.DataFrame | None,
 ) -> pl.DataFrame | None:
-    """The keys a group's seal reads: its stashed records' (named by the agent) and its forwarded rows'."""
-    frames = [service.touched(group, parts)] if parts else []
+    """The keys a seal reads: its stashed records' (named by the agent) and its forwarded rows'."""
+    frames = [service.touched(groups, parts)] if parts else []
     if forwarded is not None and forwarded.height:
         frames.append(forwarded.select(spec.keys))
     return pl.concat(frames, how="vertical_relaxed") if frames else None
 
 
-def _group_keys(vm: WinnerState, group: int, spec: WinnerSpec) -> pl.DataFrame | None:
-    """Every key of `group` in the VM's state: what moves all at once."""
+def _group_keys(vm: WinnerState, groups: list[int], spec: WinnerSpec) -> pl.DataFrame | None:
+    """Every key of `groups` in the VM's state: what moves all at once."""
     frames = [f.select(spec.keys) for f in (vm.open, vm.pending) if f is not None and f.height]
-    if not frames:
+    if not frames or not groups:
         return None
     keys = pl.concat(frames, how="vertical_relaxed").unique()
-    groups = pl.Series(key_groups_of(pa.table({k: keys[k].to_arrow() for k in spec.keys})).astype("int64"))
-    return keys.filter(groups == group)
+    of = pl.Series(key_groups_of(pa.table({k: keys[k].to_arrow() for k in spec.keys})).astype("int64"))
+    return keys.filter(of.is_in(groups))

@@ -113,7 +113,18 @@ def seal_answer(state: Frames, out: pl.DataFrame | None, next_due_ms: int | None
 
 
 def read_answer(table: pa.Table) -> tuple[dict[str, pl.DataFrame | None], pl.DataFrame | None, int | None]:
-    """(state frames, outputs, next due) of a seal's answer."""
+    """(state frames, outputs, next due) of a worker's answer to a seal."""
     frames, numbers = unpack(table)
     out = frames.pop(OUT, None)
     return frames, out, numbers[NEXT_DUE]
+
+
+def groups_answer(out: pl.DataFrame | None, dues: Mapping[int, int | None]) -> pa.Table:
+    """The agent's answer to the VM: the outputs, and when each sealed group is next due."""
+    return pack({OUT: out}, {f"{NEXT_DUE}:{g}": due for g, due in dues.items()})
+
+
+def read_groups_answer(table: pa.Table) -> tuple[pl.DataFrame | None, dict[int, int | None]]:
+    frames, numbers = unpack(table)
+    prefix = NEXT_DUE + ":"
+    return frames.get(OUT), {int(k[len(prefix) :]): v for k, v in numbers.items() if k.startswith(prefix)}

@@ -168,31 +168,30 @@ class AgentClient:
     def seal(
         self,
         program: ProgramSpec,
-        group: int,
-        version: int,
+        groups: list[tuple[int, int, bool]],
         parts: list[tuple[str, int, int, int]],
         moved: pa.Table | None,
-        fresh: bool,
         forwarded: pa.Table | None,
         watermark_ms: int,
     ) -> tuple[pa.Table, str, bool]:
-        """Run a key group's batch on a worker; (the answer, the worker's id, whether the agent ran it)."""
+        """Run a batch of key groups, each (group, version, fresh), on a worker; (the answer, the
+        worker's id, whether the agent ran it)."""
         request = self._pb2.SealRequest(
             program=program.dumps(),
-            group=group,
-            version=version,
+            groups=[self._pb2.GroupVersion(group=g, version=v, fresh=f) for g, v, f in groups],
             parts=self._refs(parts),
             moved=encode(moved, self.compression) if moved is not None else b"",
-            fresh=fresh,
             forwarded=encode(forwarded, self.compression) if forwarded is not None else b"",
             watermark_ms=watermark_ms,
         )
         reply = self._retrying(self._stub.Seal, lambda: request, None, False)
         return decode(reply.payload), reply.worker_id, reply.ran_locally
 
-    def touched(self, program: ProgramSpec, group: int, parts: list[tuple[str, int, int, int]]) -> pa.Table:
-        """The keys the stashed records of `group` in `parts` are of."""
-        request = self._pb2.TouchedRequest(program=program.dumps(), group=group, parts=self._refs(parts))
+    def touched(
+        self, program: ProgramSpec, groups: list[int], parts: list[tuple[str, int, int, int]]
+    ) -> pa.Table:
+        """The keys the stashed records of `groups` in `parts` are of."""
+        request = self._pb2.TouchedRequest(program=program.dumps(), groups=groups, parts=self._refs(parts))
         return decode(self._retrying(self._stub.Touched, lambda: request, None, False).payload)
 
     def _refs(self, parts: list[tuple[str, int, int, int]]) -> list[Any]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,9 +62,9 @@ class HandoffStore:
         if not target.exists():
             atomic_write.write_bytes(target, encode(records, "lz4"))
 
-    def records(self, ref: ChunkRef, group: int) -> pa.Table:
-        """The records of `group` in a stashed chunk (the chunk is read once and kept a while: a batch
-        asks for each of its groups in turn)."""
+    def records(self, ref: ChunkRef, groups: Collection[int]) -> pa.Table:
+        """The records of `groups` in a stashed chunk (the chunk is read once and kept a while: a batch
+        asks for its groups in turn)."""
         with self._lock:
             table = self._chunks.get(ref)
             if table is None:
@@ -76,8 +77,8 @@ class HandoffStore:
                     self._chunks.popitem(last=False)
             else:
                 self._chunks.move_to_end(ref)
-        mask = pc.equal(table[GROUP], pa.scalar(group, table.schema.field(GROUP).type))
-        return table.filter(mask)
+        wanted = pa.array(sorted(groups), table.schema.field(GROUP).type)
+        return table.filter(pc.is_in(table[GROUP], value_set=wanted))
 
     # ---- state versions ----
 

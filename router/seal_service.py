@@ -16,7 +16,7 @@ import pyarrow as pa
 from lambda_worker.program import ProgramSpec
 from merge.frames import pack, unpack
 from merge.keyed_batch import Fetch, Part
-from merge.keyed_groups import Frames, read_answer
+from merge.keyed_groups import Frames, read_groups_answer
 from router.client import AgentClient, shared_client
 
 
@@ -36,34 +36,29 @@ class AgentSealService:
     def _client(self) -> AgentClient:
         return shared_client(self.agent, self.secret_file, self.timeout_s)
 
-    def touched(self, group: int, parts: list[Part]) -> pl.DataFrame:
-        keys = pl.from_arrow(self._client().touched(self._spec, group, parts))
+    def touched(self, groups: list[int], parts: list[Part]) -> pl.DataFrame:
+        keys = pl.from_arrow(self._client().touched(self._spec, groups, parts))
         assert isinstance(keys, pl.DataFrame)
         return keys
 
     def seal(
         self,
-        group: int,
-        version: int,
+        groups: list[tuple[int, int, bool]],
         parts: list[Part],
         moved: Frames | None,
-        fresh: bool,
         forwarded: pl.DataFrame | None,
         watermark_ms: int,
-    ) -> tuple[pl.DataFrame | None, int | None]:
-        """Run the group's batch on a worker: (the outputs, when the group is next due)."""
+    ) -> tuple[pl.DataFrame | None, dict[int, int | None]]:
+        """Run a batch of key groups on a worker: (the outputs, when each group is next due)."""
         answer, _, _ = self._client().seal(
             self._spec,
-            group,
-            version,
+            groups,
             parts,
             pack(moved, {}) if moved is not None else None,
-            fresh,
             forwarded.to_arrow() if forwarded is not None else None,
             watermark_ms,
         )
-        _, out, due = read_answer(answer)
-        return out, due
+        return read_groups_answer(answer)
 
     def hand_back(self, group: int, version: int) -> dict[str, pl.DataFrame | None]:
         table: pa.Table = self._client().hand_back(self._spec, group, version)

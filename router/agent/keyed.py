@@ -11,8 +11,10 @@ the version a committed batch names always exists (router/handoff_store.py keeps
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import hashlib
+from collections.abc import Callable, Collection, Sequence
 from concurrent import futures
+from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
@@ -22,7 +24,7 @@ from core.wire.arrow_ipc import decode, encode
 from lambda_worker.keyed import KeyedProgram
 from lambda_worker.program import ProgramSpec
 from merge.frames import pack, unpack
-from merge.keyed_groups import Frames, read_answer, seal_answer, seal_request
+from merge.keyed_groups import Frames, groups_answer, read_answer, seal_request
 from router import stats
 from router.handoff_store import ChunkRef, HandoffStore
 from router.result_cache import ChunkKey
@@ -30,6 +32,21 @@ from router.result_cache import ChunkKey
 SEAL_SEQ = -1  # the chunk_seq of a seal's key: no source chunk has a negative number
 
 Offload = Callable[[ChunkKey, str, bytes], tuple[futures.Future[Any], bool]]
+
+
+@dataclass(frozen=True)
+class GroupVersion:
+    group: int
+    version: int
+    fresh: bool = False
+
+
+def _seal_key(spec: ProgramSpec, groups: Sequence[GroupVersion]) -> ChunkKey:
+    """A seal's chunk key: its groups and their versions, so a replayed batch asking the same seal
+    meets the result cache, and no two different seals share a key."""
+    named = ",".join(f"{gv.group}@{gv.version}" for gv in sorted(groups, key=lambda gv: gv.group))
+    digest = int.from_bytes(hashlib.blake2b(named.encode(), digest_size=8).digest(), "big") >> 1
+    return ChunkKey(digest, groups[0].group, SEAL_SEQ, spec.program_id)
 
 
 class KeyedAgent:
@@ -56,63 +73,66 @@ class KeyedAgent:
     def stash(self, ref: ChunkRef, payload: bytes) -> None:
         self.store.stash(ref, decode(payload))
 
-    def _records(self, group: int, parts: Sequence[ChunkRef]) -> dict[str, pl.DataFrame]:
+    def _records(self, groups: Collection[int], parts: Sequence[ChunkRef]) -> dict[str, pl.DataFrame]:
         records: dict[str, list[pl.DataFrame]] = {}
         for ref in parts:
-            table = pl.from_arrow(self.store.records(ref, group))
+            table = pl.from_arrow(self.store.records(ref, groups))
             assert isinstance(table, pl.DataFrame)
             records.setdefault(ref.entity, []).append(table)
         return {e: pl.concat(fs, how="vertical_relaxed") for e, fs in records.items()}
 
-    def touched(self, program_json: str, group: int, parts: Sequence[ChunkRef]) -> bytes:
-        """The keys the stashed records of `group` in `parts` are of: what a lazy fetch takes from the
+    def touched(self, program_json: str, groups: Collection[int], parts: Sequence[ChunkRef]) -> bytes:
+        """The keys the stashed records of `groups` in `parts` are of: what a lazy fetch takes from the
         VM's state before the seal (ADR 0025)."""
         _, program = self._program(program_json)
-        keys = program.touched(self._records(group, parts), None)
+        keys = program.touched(self._records(groups, parts), None)
         return encode(keys.to_arrow(), self.compression)
 
     def seal(
         self,
         program_json: str,
-        group: int,
-        version: int,
+        groups: Sequence[GroupVersion],
         parts: Sequence[ChunkRef],
         moved: bytes,
-        fresh: bool,
         forwarded: bytes,
         watermark_ms: int,
     ) -> futures.Future[Any]:
-        """Submit the group's batch; the future's outcome carries the seal's answer (the outputs and the
-        next due time) once the new state is stored.
+        """Submit a batch of key groups as one chunk; the future's outcome carries the answer (the
+        outputs and when each group is next due) once every group's new state is stored.
 
-        The group's state is the stored version (none when `fresh`: it moves in now) with the keys
-        `moved` from the VM; the worker gets only what this batch reads (merge/winner.py `select`), and
-        its answer is joined with the rest before it is stored."""
+        Each group starts from its stored version (from nothing when fresh: it moves in now), the keys
+        `moved` from the VM join them, and the worker gets only what this batch reads (merge/winner.py
+        `select`); its answer is joined with the rest and stored group by group. The step is key-local,
+        so groups sealed together decide what each would alone."""
         spec, program = self._program(program_json)
         op = spec.node_ids[0]
-        state: Frames = {} if fresh else self._state(op, group, version)
+        state: Frames = {}
+        for gv in groups:
+            if not gv.fresh:
+                state = program.joined(state, self._state(op, gv.group, gv.version))
         if moved:
             arrived = unpack(decode(moved))[0]
             state = program.joined(state, arrived)
             self.counters.add(stats.handoff_counter("keys_fetched", op), program.key_count(arrived))
             self.counters.add(stats.handoff_counter("state_bytes_moved", op), len(moved))
-        by_entity = self._records(group, parts)
+        by_entity = self._records([gv.group for gv in groups], parts)
         decoded = pl.from_arrow(decode(forwarded)) if forwarded else None
         rows = decoded if isinstance(decoded, pl.DataFrame) else None
         needed, rest = program.select(state, program.touched(by_entity, rows), watermark_ms)
         request = seal_request(needed, by_entity, rows, watermark_ms)
-        key = ChunkKey(version, group, SEAL_SEQ, spec.program_id)
-        fut, _ = self.offload(key, program_json, encode(request, self.compression))
+        fut, _ = self.offload(_seal_key(spec, groups), program_json, encode(request, self.compression))
         done: futures.Future[Any] = futures.Future()
 
         def stored(f: futures.Future[Any]) -> None:
             try:
                 outcome = f.result()
                 new_state, out, _ = read_answer(decode(outcome.payload))
-                whole = program.joined(new_state, rest)
-                self.store.put_state(op, group, version + 1, pack(whole, {}))
-                answer = encode(seal_answer({}, out, program.next_due_ms(whole)), self.compression)
-                done.set_result((answer, outcome))
+                cut = program.by_group(program.joined(new_state, rest), [gv.group for gv in groups])
+                dues = {}
+                for gv in groups:
+                    self.store.put_state(op, gv.group, gv.version + 1, pack(cut[gv.group], {}))
+                    dues[gv.group] = program.next_due_ms(cut[gv.group])
+                done.set_result((encode(groups_answer(out, dues), self.compression), outcome))
             except BaseException as e:
                 done.set_exception(e)
 

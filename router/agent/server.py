@@ -34,7 +34,7 @@ from core.wire.protocol import (
 )
 from router import stats
 from router.agent.config import AgentConfig
-from router.agent.keyed import KeyedAgent
+from router.agent.keyed import GroupVersion, KeyedAgent
 from router.agent.programs import ProgramRegistry, UnknownProgram
 from router.agent.worker_link import CLOSE, StreamLink
 from router.dispatcher import ChunkFailed, ChunkOutcome, ChunkTask, Dispatcher
@@ -283,16 +283,14 @@ class _Servicer:
     def Seal(self, request: Any, context: Any) -> Any:
         keyed = self._keyed(context)
         refs = [ChunkRef(c.entity, c.start, c.end, c.seq) for c in request.parts]
+        groups = [GroupVersion(g.group, g.version, g.fresh) for g in request.groups]
+        if not groups:
+            self._fail(
+                context, self.grpc.StatusCode.INVALID_ARGUMENT, "InputError", "a seal names no key group"
+            )
         try:
             fut = keyed.seal(
-                request.program,
-                request.group,
-                request.version,
-                refs,
-                request.moved,
-                request.fresh,
-                request.forwarded,
-                request.watermark_ms,
+                request.program, groups, refs, request.moved, request.forwarded, request.watermark_ms
             )
         except KeyError as e:  # a stashed chunk or a state version that is not there: never guess
             self._fail(context, self.grpc.StatusCode.FAILED_PRECONDITION, "MissingKeyedState", str(e))
@@ -307,7 +305,7 @@ class _Servicer:
         keyed = self._keyed(context)
         refs = [ChunkRef(c.entity, c.start, c.end, c.seq) for c in request.parts]
         try:
-            payload = keyed.touched(request.program, request.group, refs)
+            payload = keyed.touched(request.program, list(request.groups), refs)
         except KeyError as e:
             self._fail(context, self.grpc.StatusCode.FAILED_PRECONDITION, "MissingKeyedState", str(e))
         except (ConfigError, InputError) as e:

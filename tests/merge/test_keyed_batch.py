@@ -25,7 +25,7 @@ from merge.winner import (
     state_of,
     step,
 )
-from tests.merge.test_winner import END_MS, SPEC, _brute_force, _cut, _frame, _rows, bids
+from tests.merge.test_winner import END_MS, SPEC, _brute_force, _cut, _frame, _rows
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -52,44 +52,63 @@ class Agent:
     versions: dict[tuple[int, int], WinnerState] = field(default_factory=dict)
     fetched: int = 0
     seals: int = 0
-    tried: set[tuple[int, int]] = field(default_factory=set)
+    tried: set[tuple] = field(default_factory=set)
 
-    def touched(self, group: int, parts: list[Part]) -> pl.DataFrame:
-        rows = pl.concat([self.stashed[p] for p in parts])
+    def touched(self, groups: list[int], parts: list[Part]) -> pl.DataFrame:
+        rows = pl.concat([self.stashed[p] for p in parts if p[3] in groups])
         return rows.select(SPEC.keys).unique()
 
     def seal(
         self,
-        group: int,
-        version: int,
+        groups: list[tuple[int, int, bool]],
         parts: list[Part],
         moved: Frames | None,
-        fresh: bool,
         forwarded: pl.DataFrame | None,
         watermark_ms: int,
-    ) -> tuple[pl.DataFrame | None, int | None]:
-        state = WinnerState() if fresh else self.versions.get((group, version), WinnerState())
+    ) -> tuple[pl.DataFrame | None, dict[int, int | None]]:
+        state = WinnerState()
+        for g, version, fresh in groups:
+            if not fresh:
+                state = joined(state, self.versions.get((g, version), WinnerState()))
         if moved is not None:
             arrived = state_of(moved)
             keys = keys_of(SPEC, arrived)
             self.fetched += keys.height if keys is not None else 0
             state = joined(state, arrived)
-        given = [self.stashed[p] for p in parts] + ([forwarded] if forwarded is not None else [])
+        mine = {g for g, _, _ in groups}
+        given = [self.stashed[p] for p in parts if p[3] in mine] + (
+            [forwarded] if forwarded is not None else []
+        )
         rows = pl.concat([_frame([]), *given])  # a close due with nothing new: no rows
         needed, rest = select(SPEC, state, rows.select(SPEC.keys), watermark_ms)
         decided = step(SPEC, needed, rows.select(SPEC.columns), watermark_ms)
-        kill = self.kills[self.seals % len(self.kills)] and (group, version) not in self.tried
-        self.tried.add((group, version))
+        key = tuple(groups)
+        kill = self.kills[self.seals % len(self.kills)] and key not in self.tried
+        self.tried.add(key)
         self.seals += 1
         if kill and self.seals % 2:
-            raise Lost  # before the new version is stored
-        whole = self.versions[(group, version + 1)] = joined(decided.state, rest)
+            raise Lost  # before the new versions are stored
+        whole = joined(decided.state, rest)
+        dues = {}
+        for g, version, _ in groups:
+            own = _of_group(whole, g)
+            self.versions[(g, version + 1)] = own
+            dues[g] = next_due_ms(SPEC, own)
         if kill:
-            raise Lost  # after: the replay finds it stored and recomputes the same
-        return decided.won, next_due_ms(SPEC, whole)
+            raise Lost  # after: the replay finds them stored and recomputes the same
+        return decided.won, dues
 
     def hand_back(self, group: int, version: int) -> dict[str, pl.DataFrame | None]:
         return state_frames(self.versions.get((group, version), WinnerState()))
+
+
+def _of_group(state: WinnerState, group: int) -> WinnerState:
+    def mine(frame: pl.DataFrame | None) -> pl.DataFrame | None:
+        if frame is None:
+            return None
+        return frame.filter(pl.col(SPEC.keys[0]).map_elements(_key_group, pl.Int64) == group)
+
+    return WinnerState(mine(state.open), mine(state.pending))
 
 
 def _group(row: dict) -> int:
@@ -169,6 +188,9 @@ auctions = st.lists(
     max_size=8,
     unique_by=lambda a: a[0],
 )
+bids = st.lists(
+    st.tuples(st.integers(0, 6), st.integers(0, 35), st.integers(0, 60)), min_size=10, max_size=40
+)
 owners = st.lists(
     st.lists(st.tuples(st.booleans(), st.booleans()), min_size=len(GROUPS), max_size=len(GROUPS)),
     min_size=2,
@@ -176,7 +198,7 @@ owners = st.lists(
 )
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(
     auctions=auctions,
     bids=bids,

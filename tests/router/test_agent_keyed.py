@@ -17,7 +17,7 @@ from core.offload_plan import key_groups_of
 from lambda_worker.keyed import KeyedProgram
 from lambda_worker.program import ProgramSpec
 from merge.frames import pack, unpack
-from merge.keyed_groups import GROUP, read_answer, seal_request
+from merge.keyed_groups import GROUP, read_answer, read_groups_answer, seal_request
 from router import stats
 from router.agent.server import AgentServer
 from router.client import AgentClient, OffloadError
@@ -54,16 +54,17 @@ def test_sealed_groups_decide_what_the_step_decides_and_a_repeat_answers_the_sam
     groups = sorted(set(tables["bid"][GROUP].to_pylist()))[:6]
     for g in groups:
         parts = [(e, 0, EVENTS, 0) for e in KEYS]
-        answer, worker, ran_locally = client.seal(Q4, g, 0, parts, None, True, None, 0)
-        _, out, due = read_answer(answer)
+        answer, worker, ran_locally = client.seal(Q4, [(g, 0, True)], parts, None, None, 0)
+        out, dues = read_groups_answer(answer)
+        due = dues[g]
         # In place: the same records through the worker's own program.
         here = {e: pl.from_arrow(t).filter(pl.col(GROUP) == g) for e, t in tables.items()}
         _, want_out, want_due = read_answer(program.run_table(seal_request({}, here, None, 0)))
         assert due == want_due and (out is None) == (want_out is None)
         assert worker or ran_locally
         # The group's state is kept: closing everything decides the same winners as in place.
-        closed, _, _ = client.seal(Q4, g, 1, [], None, False, None, END_MS)
-        again, _, _ = client.seal(Q4, g, 1, [], None, False, None, END_MS)  # a replayed batch
+        closed, _, _ = client.seal(Q4, [(g, 1, False)], [], None, None, END_MS)
+        again, _, _ = client.seal(Q4, [(g, 1, False)], [], None, None, END_MS)  # a replayed batch
         assert closed.equals(again)
         state = unpack(client.hand_back(Q4, g, 2))[0]
         assert all(f is None or f.height == 0 for f in state.values())  # every auction closed
@@ -78,7 +79,7 @@ def test_a_new_agent_over_the_same_directory_seals_from_the_stored_version(
     table = _records("auction")
     client.stash("auction", 0, EVENTS, 0, table)
     g = table[GROUP][0].as_py()
-    client.seal(Q4, g, 0, [("auction", 0, EVENTS, 0)], None, True, None, 0)
+    client.seal(Q4, [(g, 0, True)], [("auction", 0, EVENTS, 0)], None, None, 0)
     first.stop(grace_s=0.1)
     second = make_agent(None, agent={"handoff_dir": tmp_path / "handoff"})
     state = unpack(AgentClient(second.address, secret).hand_back(Q4, g, 1))[0]
@@ -94,7 +95,7 @@ def test_a_seal_naming_a_chunk_never_stashed_is_refused(
     agent = make_agent(None, agent={"handoff_dir": tmp_path / "handoff"})
     client = AgentClient(agent.address, secret, retry_budget_s=0)
     with pytest.raises(OffloadError) as info:
-        client.seal(Q4, 3, 0, [("bid", 0, 10, 0)], None, True, None, 0)
+        client.seal(Q4, [(3, 0, True)], [("bid", 0, 10, 0)], None, None, 0)
     assert info.value.code == "FAILED_PRECONDITION" and "bid-0-10-0" in str(info.value)
 
 
@@ -111,16 +112,16 @@ def test_a_lazy_fetch_takes_the_keys_the_records_name_and_the_counters_say_what_
     first, second = mine.slice(0, 2), mine.slice(2)
     client.stash("auction", 0, EVENTS, 0, first)
     client.stash("auction", 0, EVENTS, 1, second)
-    touched = client.touched(Q4, g, [("auction", 0, EVENTS, 0)])
+    touched = client.touched(Q4, [g], [("auction", 0, EVENTS, 0)])
     assert sorted(touched["sponge_k0"].to_pylist()) == sorted(first["id"].to_pylist())
-    assert client.touched(Q4, g, []).num_rows == 0  # an empty group names no key
-    client.seal(Q4, g, 0, [("auction", 0, EVENTS, 0)], None, True, None, 0)
+    assert client.touched(Q4, [g], []).num_rows == 0  # an empty group names no key
+    client.seal(Q4, [(g, 0, True)], [("auction", 0, EVENTS, 0)], None, None, 0)
     # The second chunk's auctions moved in as state (opened on the VM): they join the stored version.
     program = KeyedProgram.from_plan(get_query("q4").plan(QueryParams()), "winner_at_close6")
     rows = {"auction": pl.from_arrow(second)}
     opened, _, _ = read_answer(program.run_table(seal_request({}, rows, None, 0)))
     moved = pack(opened, {})
-    client.seal(Q4, g, 1, [], moved, False, None, 0)
+    client.seal(Q4, [(g, 1, False)], [], moved, None, 0)
     state = unpack(client.hand_back(Q4, g, 2))[0]
     assert state["open"] is not None and state["open"].height == mine.num_rows
     figures = stats.handoffs(agent.counters.snapshot())["winner_at_close6"]

@@ -20,15 +20,15 @@ def test_a_stashed_chunk_gives_each_group_its_records_also_after_a_restart(tmp_p
     ref = ChunkRef("bid", 100, 200, 0)
     HandoffStore(tmp_path).stash(ref, _records([3, 5, 3, 7]))
     again = HandoffStore(tmp_path)  # a new agent process over the same directory
-    assert again.records(ref, 3)["id"].to_pylist() == [0, 2]
-    assert again.records(ref, 9).num_rows == 0
+    assert again.records(ref, [3])["id"].to_pylist() == [0, 2]
+    assert again.records(ref, [9]).num_rows == 0 and again.records(ref, [5, 7])["id"].to_pylist() == [1, 3]
 
 
 def test_stashing_twice_keeps_the_first_write(tmp_path: Path) -> None:
     store, ref = HandoffStore(tmp_path), ChunkRef("bid", 0, 10, 1)
     store.stash(ref, _records([1]))
     store.stash(ref, _records([1, 1]))  # a retried task: the same offsets, the same records
-    assert HandoffStore(tmp_path).records(ref, 1).num_rows == 1
+    assert HandoffStore(tmp_path).records(ref, [1]).num_rows == 1
 
 
 def test_a_chunk_without_groups_is_refused(tmp_path: Path) -> None:
@@ -49,4 +49,4 @@ def test_state_versions_keep_the_last_two(tmp_path: Path) -> None:
 
 def test_a_missing_chunk_is_named(tmp_path: Path) -> None:
     with pytest.raises(KeyError, match="bid-0-1-0"):
-        HandoffStore(tmp_path).records(ChunkRef("bid", 0, 1, 0), 1)
+        HandoffStore(tmp_path).records(ChunkRef("bid", 0, 1, 0), [1])
