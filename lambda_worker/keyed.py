@@ -37,6 +37,8 @@ from merge.winner import (
     step,
 )
 
+_CUT = "sponge_cut"  # a state row's key group while the state is cut by group
+
 
 @dataclass(frozen=True)
 class _Input:
@@ -117,8 +119,8 @@ class KeyedProgram:
         needed, rest = select(self.spec, state_of(state), touched, watermark_ms)
         return state_frames(needed), state_frames(rest)
 
-    def joined(self, mine: Frames, other: Frames) -> Frames:
-        return state_frames(joined(state_of(mine), state_of(other)))
+    def joined(self, *states: Frames) -> Frames:
+        return state_frames(joined(*(state_of(s) for s in states)))
 
     def by_group(self, state: Frames, groups: Iterable[int]) -> dict[int, Frames]:
         """`state` cut by key group (ADR 0023), one entry per group of `groups`, empty where it holds none."""
@@ -127,9 +129,10 @@ class KeyedProgram:
             if frame is None:
                 continue
             keys = pa.table({k: frame[k].to_arrow() for k in self.spec.keys})
-            of = pl.Series(key_groups_of(keys).astype("int64"))
+            tagged = frame.with_columns(pl.Series(_CUT, key_groups_of(keys).astype("int64")))
+            parts = tagged.partition_by(_CUT, as_dict=True, include_key=False)
             for g in cut:
-                cut[g][name] = frame.filter(of == g)
+                cut[g][name] = parts.get((g,), frame.clear())
         return cut  # type: ignore[return-value]
 
     def next_due_ms(self, state: Frames) -> int | None:

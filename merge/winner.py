@@ -219,22 +219,28 @@ def select(
     return needed, expire(spec, rest, watermark_ms).state
 
 
-def joined(mine: WinnerState, other: WinnerState) -> WinnerState:
-    """Two states of disjoint keys as one; `other`'s entities are renumbered after `mine`'s (an entity's
-    number is unique within a state)."""
-    open_ = mine.open
-    if other.open is not None and other.open.height:
-        first = (int(open_[LID].max()) + 1) if open_ is not None and open_.height else 0  # type: ignore[arg-type]
-        renumbered = other.open.with_columns(pl.col(LID) - pl.col(LID).min() + first)
-        open_ = renumbered if open_ is None else _stacked(open_, renumbered)
-    pending = mine.pending
-    if other.pending is not None and other.pending.height:
-        pending = other.pending if pending is None else _stacked(pending, other.pending)
-    return WinnerState(open_, pending)
+def joined(*states: WinnerState) -> WinnerState:
+    """States of disjoint keys as one, in one concatenation; the entities are renumbered 0, 1, ... (an
+    entity's number only names it within a state)."""
+    opens, pendings, first = [], [], 0
+    for st in states:
+        if st.open is not None and st.open.height:
+            number = pl.int_range(first, first + st.open.height, dtype=pl.Int64)
+            opens.append(st.open.with_columns(number.alias(LID)))  # dense: numbers never outgrow the rows
+            first += st.open.height
+        if st.pending is not None and st.pending.height:
+            pendings.append(st.pending)
+    return WinnerState(_stacked(opens, states, "open"), _stacked(pendings, states, "pending"))
 
 
-def _stacked(mine: pl.DataFrame, other: pl.DataFrame) -> pl.DataFrame:
-    return pl.concat([mine, other.select(mine.columns)], how="vertical_relaxed")
+def _stacked(frames: list[pl.DataFrame], states: Sequence[WinnerState], name: str) -> pl.DataFrame | None:
+    """The frames as one (columns in the first's order); with none, the first state's own (kept empty
+    or None as it was)."""
+    if not frames:
+        return next((getattr(st, name) for st in states if getattr(st, name) is not None), None)
+    if len(frames) == 1:
+        return frames[0]
+    return pl.concat([frames[0], *(f.select(frames[0].columns) for f in frames[1:])], how="vertical_relaxed")
 
 
 # ---- the state as named frames (merge/keyed_groups.py carries them in seals) --------------------

@@ -12,6 +12,7 @@ the version a committed batch names always exists (router/handoff_store.py keeps
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections.abc import Callable, Collection, Sequence
 from concurrent import futures
 from dataclasses import dataclass
@@ -58,6 +59,8 @@ class KeyedAgent:
         self.compression = compression
         self.counters = counters
         self._programs: dict[str, tuple[ProgramSpec, KeyedProgram]] = {}
+        self._latest: dict[tuple[str, int], tuple[int, Frames]] = {}  # each group's newest version
+        self._lock = threading.Lock()
 
     def _program(self, program_json: str) -> tuple[ProgramSpec, KeyedProgram]:
         """Compiled once per operator: every group of every batch asks with the same JSON."""
@@ -106,15 +109,13 @@ class KeyedAgent:
         so groups sealed together decide what each would alone."""
         spec, program = self._program(program_json)
         op = spec.node_ids[0]
-        state: Frames = {}
-        for gv in groups:
-            if not gv.fresh:
-                state = program.joined(state, self._state(op, gv.group, gv.version))
+        states = [self._state(op, gv.group, gv.version) for gv in groups if not gv.fresh]
         if moved:
             arrived = unpack(decode(moved))[0]
-            state = program.joined(state, arrived)
+            states.append(arrived)
             self.counters.add(stats.handoff_counter("keys_fetched", op), program.key_count(arrived))
             self.counters.add(stats.handoff_counter("state_bytes_moved", op), len(moved))
+        state = program.joined(*states)
         by_entity = self._records([gv.group for gv in groups], parts)
         decoded = pl.from_arrow(decode(forwarded)) if forwarded else None
         rows = decoded if isinstance(decoded, pl.DataFrame) else None
@@ -130,7 +131,7 @@ class KeyedAgent:
                 cut = program.by_group(program.joined(new_state, rest), [gv.group for gv in groups])
                 dues = {}
                 for gv in groups:
-                    self.store.put_state(op, gv.group, gv.version + 1, pack(cut[gv.group], {}))
+                    self._put_state(op, gv.group, gv.version + 1, cut[gv.group])
                     dues[gv.group] = program.next_due_ms(cut[gv.group])
                 done.set_result((encode(groups_answer(out, dues), self.compression), outcome))
             except BaseException as e:
@@ -149,6 +150,16 @@ class KeyedAgent:
         self.counters.add(stats.handoff_counter("state_bytes_moved", op), len(payload))
         return payload
 
-    def _state(self, op: str, group: int, version: int) -> dict[str, pl.DataFrame | None]:
+    def _state(self, op: str, group: int, version: int) -> Frames:
+        with self._lock:
+            latest = self._latest.get((op, group))
+        if latest is not None and latest[0] == version:
+            return latest[1]
         stored = self.store.state(op, group, version)
         return unpack(stored)[0] if stored is not None else {}
+
+    def _put_state(self, op: str, group: int, version: int, state: Frames) -> None:
+        """Store a group's new version, and keep it at hand: the next batch of the group starts from it."""
+        self.store.put_state(op, group, version, pack(state, {}))
+        with self._lock:
+            self._latest[(op, group)] = (version, state)
