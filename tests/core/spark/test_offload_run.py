@@ -156,3 +156,38 @@ def test_output_equals_reference_under_a_fault_schedule(
     if "throttle" in injected:
         assert summary["throttles"] >= injected["throttle"]
     assert summary["records_offloaded"] > 0
+
+
+# A keyed stage whose groups go to the workers, come back and go again while the VM holds their
+# auctions: the lazy fetch takes what the records name, the hand-back returns it, nothing is lost.
+SWITCHES = {2: 0.6, 4: 0.05, 6: 0.7}  # after epoch N commits, the share of the next offsets
+
+
+@pytest.mark.parametrize("query", ["q4", "q6"])
+def test_groups_switched_back_and_forth_mid_run_move_their_keys_and_equal_the_reference(
+    spark, tmp_path: Path, query: str
+) -> None:
+    from core.offload_plan import OffloadPlan
+    from core.spark.offload_session import OFFLOAD_DIR
+    from router.routing_log import write_current_plan
+
+    gen = GeneratorConfig(seed=3, events=16_000, schedule=RateSchedule.constant(2_000))
+    out = tmp_path / "out"
+    offload = OffloadConfig(share=0.05, workers=2)
+    done: set[int] = set()
+
+    def switch(epoch: dict) -> None:
+        for after, share in SWITCHES.items():
+            if epoch["batchId"] >= after and after not in done:
+                done.add(after)
+                write_current_plan(out / OFFLOAD_DIR, OffloadPlan.of_share(2 + len(done), share, 2))
+
+    config = RunConfig(
+        query=query, generator=gen, output=out, params=PARAMS, max_events_per_batch=2_000, offload=offload
+    )
+    summary = run_query(config, progress=switch)
+    diff = diff_results(read_results(out), reference_for(query, gen, PARAMS))
+    assert diff is None, f"{query}: {diff}"
+    assert done == set(SWITCHES)
+    moved = summary["handoffs"]["winner_at_close6"]
+    assert moved["keys_fetched"] > 0 and moved["keys_returned"] > 0 and moved["state_bytes_moved"] > 0
