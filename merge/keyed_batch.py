@@ -45,6 +45,8 @@ class Fetch(StrEnum):
 class SealService(Protocol):
     """The agent, as the VM's operator sees it (router/seal_service.py): picklable, no router import."""
 
+    fetch: Fetch  # how this operator hands its state over
+
     def touched(self, groups: list[int], parts: list[Part]) -> pl.DataFrame: ...
 
     def seal(

@@ -1,12 +1,13 @@
-"""The agent's part in keyed stages (ADR 0024): keep stashed records, run a group's batch as a chunk,
-keep the group's state between batches, hand it back.
+"""The agent's part in keyed stages (ADRs 0024, 0025): keep stashed records, name the keys they are of,
+run a batch of key groups as a chunk, keep each group's state between batches, hand it back.
 
 Why the agent: it lives beside the VM, outlives a Spark task, and already turns a request into a chunk
 a worker runs (with redispatch, the result cache and the local fallback). A seal is such a chunk: its
-payload is the group's state, the stashed records of the batch and the rows the VM sends along, and
-its key is (program, group, version), so a replayed batch asking again gets the cached answer, or the
-same one recomputed from the stored version. The new state is stored before the seal is answered, so
-the version a committed batch names always exists (router/handoff_store.py keeps the last two).
+payload is what the batch reads of its groups' state, the stashed records of the batch and the rows
+the VM sends along, and its key is (program, each group and its version), so a replayed batch asking
+again gets the cached answer, or the same one recomputed from the stored versions. The new versions
+are stored before the seal is answered, so the version a committed batch names always exists
+(router/handoff_store.py keeps the last two).
 """
 
 from __future__ import annotations

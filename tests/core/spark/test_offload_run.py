@@ -163,7 +163,7 @@ def test_output_equals_reference_under_a_fault_schedule(
 SWITCHES = {2: 0.6, 4: 0.05, 6: 0.7}  # after epoch N commits, the share of the next offsets
 
 
-@pytest.mark.parametrize("query", ["q4", "q6"])
+@pytest.mark.parametrize("query", ["q4"])  # Q6's winners are the same operator's
 def test_groups_switched_back_and_forth_mid_run_move_their_keys_and_equal_the_reference(
     spark, tmp_path: Path, query: str
 ) -> None:
