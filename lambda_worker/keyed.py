@@ -20,10 +20,9 @@ from core.arrow_types import ARROW_TYPES
 from core.errors import PlanError
 from core.expr import DType
 from core.keyed_stages import keyed_stages
-from core.offload_plan import key_groups_of
 from core.plan import LogicalPlan, WinnerAtClose
 from lambda_worker.transient import TransientProgram
-from merge.keyed_groups import GROUP, Frames, read_request, seal_answer
+from merge.keyed_groups import GROUP, Frames, groups_of, read_request, seal_answer
 from merge.winner import (
     SIDE,
     WinnerSpec,
@@ -128,8 +127,7 @@ class KeyedProgram:
         for name, frame in state.items():
             if frame is None:
                 continue
-            keys = pa.table({k: frame[k].to_arrow() for k in self.spec.keys})
-            tagged = frame.with_columns(pl.Series(_CUT, key_groups_of(keys).astype("int64")))
+            tagged = frame.with_columns(groups_of(frame, self.spec.keys).alias(_CUT))
             parts = tagged.partition_by(_CUT, as_dict=True, include_key=False)
             for g in cut:
                 cut[g][name] = parts.get((g,), frame.clear())

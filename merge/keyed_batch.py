@@ -25,10 +25,8 @@ from enum import StrEnum
 from typing import Protocol
 
 import polars as pl
-import pyarrow as pa
 
-from core.offload_plan import key_groups_of
-from merge.keyed_groups import GROUP, RECEIPT, Frames, GroupState, Where, after, decide
+from merge.keyed_groups import GROUP, RECEIPT, Frames, GroupState, Where, after, decide, groups_of
 from merge.winner import SIDE, WinnerSpec, WinnerState, expire, joined, state_frames, state_of, step, take
 
 RECEIPT_SIDE = 2  # a receipt row's sponge_side: records of its group are stashed at the agent
@@ -186,5 +184,4 @@ def _group_keys(vm: WinnerState, groups: list[int], spec: WinnerSpec) -> pl.Data
     if not frames or not groups:
         return None
     keys = pl.concat(frames, how="vertical_relaxed").unique()
-    of = pl.Series(key_groups_of(pa.table({k: keys[k].to_arrow() for k in spec.keys})).astype("int64"))
-    return keys.filter(of.is_in(groups))
+    return keys.filter(groups_of(keys, spec.keys).is_in(groups))

@@ -25,6 +25,7 @@ from enum import StrEnum
 import polars as pl
 import pyarrow as pa
 
+from core.offload_plan import key_groups_of
 from merge.frames import pack, unpack
 
 GROUP = "sponge_group"  # a record's key group: Spark's pmod(xxhash64(key), 128) (ADR 0023)
@@ -38,6 +39,11 @@ WATERMARK = "watermark_ms"
 NEXT_DUE = "next_due_ms"
 
 Frames = Mapping[str, pl.DataFrame | None]
+
+
+def groups_of(frame: pl.DataFrame, keys: list[str]) -> pl.Series:
+    """The key group of each row of `frame` whose key is in columns `keys` (ADR 0023)."""
+    return pl.Series(GROUP, key_groups_of(pa.table({k: frame[k].to_arrow() for k in keys})).astype("int64"))
 
 
 class Where(StrEnum):

@@ -154,7 +154,7 @@ def expire(spec: WinnerSpec, state: WinnerState, watermark_ms: int) -> Decided:
     """Emit the entities whose close the watermark has passed, keep the rest and the right rows a
     later entity could still take, and say when the next one is due."""
     s = spec
-    due_at = ceil_ms(pl.col(s.closes).dt.epoch("us"))
+    due_at = _closes_ms(s)
     won = None
     open_, pending = state.open, state.pending
     if open_ is not None:
@@ -166,12 +166,17 @@ def expire(spec: WinnerSpec, state: WinnerState, watermark_ms: int) -> Decided:
     return Decided(kept, won, next_due_ms(s, kept))
 
 
+def _closes_ms(spec: WinnerSpec) -> pl.Expr:
+    """The watermark (ms) at which an open entity closes."""
+    return ceil_ms(pl.col(spec.closes).dt.epoch("us"))
+
+
 def next_due_ms(spec: WinnerSpec, state: WinnerState) -> int | None:
     """The earliest watermark (ms) at which `state` has something due: an entity's close, or the
     instant after its last pending row, when the pending rows can go."""
     nexts = []
     if state.open is not None and state.open.height:
-        nexts.append(int(state.open.select(ceil_ms(pl.col(spec.closes).dt.epoch("us")).min()).item()))
+        nexts.append(int(state.open.select(_closes_ms(spec).min()).item()))
     if state.pending is not None and state.pending.height:
         nexts.append(int(state.pending.select(pl.col(spec.at).dt.epoch("us").max()).item()) // US_PER_MS + 1)
     return min(nexts) if nexts else None
@@ -211,8 +216,7 @@ def select(
     (tests/merge/test_winner.py)."""
     due = None
     if state.open is not None and state.open.height:
-        closes = ceil_ms(pl.col(spec.closes).dt.epoch("us"))
-        due = state.open.filter(closes <= watermark_ms).select(spec.keys)
+        due = state.open.filter(_closes_ms(spec) <= watermark_ms).select(spec.keys)
     wanted = [k for k in (touched, due) if k is not None and k.height]
     keys = pl.concat([k.select(spec.keys) for k in wanted], how="vertical_relaxed") if wanted else None
     needed, rest = take(spec, state, keys)

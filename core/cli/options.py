@@ -223,10 +223,6 @@ def offload_config(
         if given:
             raise ConfigError(f"{given[0]} needs --offload-share", hint="add e.g. --offload-share 0.5")
         return None
-    from merge.keyed_batch import Fetch
-
-    if handoff not in {f.value for f in Fetch}:
-        raise ConfigError(f"unknown --handoff {handoff!r}", hint=f"use {' or '.join(f.value for f in Fetch)}")
     workers = default_workers if workers is None else workers
     return OffloadConfig(
         share=share,
@@ -234,5 +230,5 @@ def offload_config(
         target=target,
         faults=faults,
         invocation_type=invocation_type,
-        fetch=Fetch(handoff),
+        fetch=handoff,
     )

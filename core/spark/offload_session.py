@@ -50,9 +50,14 @@ class OffloadConfig:
     # How the agent invokes a deployed function: "Event" (Lambda queues what it cannot run yet) or
     # "RequestResponse" (held for the session; a reached concurrency limit is an immediate 429).
     invocation_type: str = "Event"
-    fetch: Fetch = Fetch.LAZY  # how a keyed stage's state goes to the workers (ADR 0025)
+    fetch: Fetch | str = Fetch.LAZY  # how a keyed stage's state goes to the workers (ADR 0025)
 
     def __post_init__(self) -> None:
+        if self.fetch not in {f.value for f in Fetch}:
+            raise ConfigError(
+                f"unknown --handoff {self.fetch!r}", hint=f"use {' or '.join(f.value for f in Fetch)}"
+            )
+        object.__setattr__(self, "fetch", Fetch(self.fetch))
         if isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 1:
             raise ConfigError(f"--workers must be at least 1, got {self.workers!r}")
         if self.target not in TARGETS:
@@ -209,7 +214,7 @@ class OffloadSession:
             "records_offloaded": totals.get("records_offloaded", 0),
             "operators_offloaded": operators_offloaded(totals),
             "handoffs": handoffs(totals),
-            "handoff": self.config.fetch.value,
+            "handoff": str(self.config.fetch),
             "worker_cpu_s": round(totals.get("worker_cpu_us", 0) / 1e6, 6),
             "records_run_locally_by_agent": totals.get("records_run_locally", 0),
             "workers_started": totals.get("workers_started", 0),
@@ -247,7 +252,9 @@ class OffloadSession:
         from router.seal_service import AgentSealService
 
         spec = ProgramSpec(self.query, (op_id,), self.params.window_size_s, self.params.window_slide_s)
-        return AgentSealService(self.agent.address, str(self.secret_file), spec.dumps(), self.config.fetch)
+        return AgentSealService(
+            self.agent.address, str(self.secret_file), spec.dumps(), Fetch(self.config.fetch)
+        )
 
     def offloaded(self, spark: Any, run_config: Any, pace_origin: float) -> Callable[[OffloadChain], Any]:
         """The factory of the workers' result streams, one per chain (see core/spark/lower.py)."""
