@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from core.plan import WINDOW, KeyBy, LogicalPlan, Operator, WindowAggregate, WindowJoin
+from core.aggregate_signatures import signature
+from core.plan import WINDOW, KeyBy, LogicalPlan, Operator, WindowAggregate, WindowJoin, WinnerAtClose
 
 
 def keyed_pairs(plan: LogicalPlan) -> Iterator[tuple[str, Operator, KeyBy, str, Operator]]:
@@ -51,4 +52,23 @@ def join_counts(plan: LogicalPlan) -> dict[str, tuple[str, str]]:
             and join_count_fusable(join, agg)
         ):
             found[join_id] = (plan.out_edges(join_id)[0].dst, agg_id)
+    return found
+
+
+def closed_aggregates(plan: LogicalPlan) -> dict[str, tuple[str, str]]:
+    """Winner id -> (key_by id, aggregate id) of the window aggregate over close times it alone
+    feeds, whose aggregates fold as scalars (no kept records): the operator that decides the winners
+    emits them already in the aggregate's partial form, so a worker holding key groups of the winners
+    also pre-aggregates what it decided (merge/winner.py `emitted`)."""
+    found: dict[str, tuple[str, str]] = {}
+    for op_id, op, key, agg_id, agg in keyed_pairs(plan):
+        if (
+            isinstance(op, WinnerAtClose)
+            and isinstance(agg, WindowAggregate)
+            and key.keys == agg.keys
+            and agg.window is not None
+            and agg.window.on == op.closes
+            and not any(signature(a.fn).keeps_records for a in agg.aggs)
+        ):
+            found[op_id] = (plan.out_edges(op_id)[0].dst, agg_id)
     return found

@@ -12,7 +12,8 @@ stateless operators and stops
   to its own before it multiplies the sides (kind "side_counts", merge/join_count.py);
 * into a keyed stage whose step a worker can run (Q4/Q6's close decisions; core/keyed_stages.py):
   the source's records of the key groups the plan owns are stashed at the agent, and the operator's
-  VM processor runs each group's batch on a worker (kind "keyed", ADR 0024);
+  VM processor runs each group's batch on a worker (kind "keyed", ADR 0024); a window aggregate over
+  the decisions' close times (Q4's) is fused in, and the worker returns its partials;
 * before any other operator (a join, a top-k, a sink, a non-mergeable aggregate) or a fan-out:
   workers return the chain's output rows, which join the VM's rows of the same chain (kind "rows").
   A rows chain that feeds the sink alone (`to_sink`) needs nothing more from the VM: its rows go
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 
 from core.aggregate_signatures import signature
 from core.expr import Col
-from core.fusions import join_counts
+from core.fusions import closed_aggregates, join_counts
 from core.keyed_stages import STEPPED, keyed_stages
 from core.plan import WINDOW, Filter, FlatMap, KeyBy, LogicalPlan, Map, Sink, Source, WindowAggregate
 
@@ -47,7 +48,8 @@ class OffloadChain:
 
     `event_time` is the chain output column that carries the source's event time unchanged (the
     column the VM's watermark follows downstream), or None when the chain drops it. `fused` names the
-    nodes whose work the last node does with its own (a counted join's key_by and count).
+    nodes whose work the last node does with its own (a counted join's key_by and count), or a keyed
+    stage's operator (the key_by and aggregate whose partials it emits: core/fusions.py).
     """
 
     source_id: str
@@ -98,12 +100,20 @@ def chain_for(plan: LogicalPlan, source_id: str) -> OffloadChain | None:
     """The offload chain of one source, or None when nothing after it can run on a worker."""
     src = plan.node(source_id).op
     assert isinstance(src, Source)
+    closed = closed_aggregates(plan)
     for stage in keyed_stages(plan):
         if isinstance(plan.node(stage.op_id).op, STEPPED):
             for inp in stage.inputs:
                 if inp.source_id == source_id:
                     return OffloadChain(
-                        source_id, src.entity, inp.node_ids, KEYED, None, keyed_op=stage.op_id, keys=inp.keys
+                        source_id,
+                        src.entity,
+                        inp.node_ids,
+                        KEYED,
+                        None,
+                        fused=closed.get(stage.op_id, ()),
+                        keyed_op=stage.op_id,
+                        keys=inp.keys,
                     )
     ids: list[str] = []
     kind = ROWS

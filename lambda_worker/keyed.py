@@ -19,8 +19,9 @@ import pyarrow as pa
 from core.arrow_types import ARROW_TYPES
 from core.errors import PlanError
 from core.expr import DType
+from core.fusions import closed_aggregates
 from core.keyed_stages import keyed_stages
-from core.plan import LogicalPlan, WinnerAtClose
+from core.plan import LogicalPlan, WindowAggregate, WinnerAtClose
 from lambda_worker.transient import TransientProgram
 from merge.keyed_groups import GROUP, Frames, groups_of, read_request, seal_answer
 from merge.winner import (
@@ -56,6 +57,7 @@ class KeyedProgram:
     spec: WinnerSpec
     inputs: tuple[_Input, ...]  # by port
     types: dict[str, pl.DataType]  # every input column's type, so a one-sided batch is typed whole
+    fused: tuple[str, ...] = ()  # the key_by and aggregate whose partials the step emits (`spec.then`)
 
     @classmethod
     def from_plan(cls, plan: LogicalPlan, node_id: str) -> KeyedProgram:
@@ -67,7 +69,10 @@ class KeyedProgram:
         if left is None or right is None:
             raise PlanError(f"plan {plan.name!r} carries no schemas", hint="build it with the query builder")
         stamps = {c for c, t in (*left.items(), *right.items()) if t == DType.TIMESTAMP}
-        spec = WinnerSpec.of(op, list(left), list(right), stamps)
+        fused = closed_aggregates(plan).get(node_id, ())
+        then = plan.node(fused[-1]).op if fused else None
+        assert then is None or isinstance(then, WindowAggregate)
+        spec = WinnerSpec.of(op, list(left), list(right), stamps, then)
         keys = (op.left_keys, op.right_keys)
         inputs = tuple(
             _Input(i.entity, TransientProgram.from_plan(plan, i.node_ids), keys[i.port], i.keys)
@@ -76,7 +81,7 @@ class KeyedProgram:
         arrow = {c: ARROW_TYPES[t] for c, t in (*left.items(), *right.items())}
         arrow |= {SIDE: pa.int32(), **{key_column(i): arrow[k] for i, k in enumerate(op.left_keys)}}
         types = {c: pl.from_arrow(pa.array([], t)).dtype for c, t in arrow.items()}  # type: ignore[union-attr]
-        return cls(plan.name, node_id, spec, inputs, types)
+        return cls(plan.name, node_id, spec, inputs, types, fused)
 
     def staged(self, parts: dict[str, pl.DataFrame], counts: dict[str, int] | None = None) -> pl.DataFrame:
         """The stashed records of each input run through its prefix (counted per node with `counts`)
@@ -155,4 +160,7 @@ class KeyedProgram:
         if counts is not None:
             counts[self.node_id] = counts.get(self.node_id, 0) + new.height
         decided = step(self.spec, state_of(state), new, watermark_ms)
+        if counts is not None and self.fused:
+            for node in self.fused:
+                counts[node] = counts.get(node, 0) + decided.winners
         return seal_answer(state_frames(decided.state), decided.won, decided.next_due_ms)

@@ -180,6 +180,34 @@ def partial_aggregate(op: WindowAggregate, data: pa.Table | pa.RecordBatch) -> p
     return _conform(polars_fold.fold(df, group_columns(op), op.aggs, from_records=True), schema)
 
 
+def latest_partial_schema(op: WindowAggregate, input_schema: pa.Schema) -> pa.Schema:
+    """The row type of `latest_partials`: the window's event-time column, the keys, the partials."""
+    assert op.window is not None
+    schema = partial_schema(op, input_schema)
+    grouped = set(group_columns(op))
+    on = pa.field(op.window.on, _column_type(input_schema, op.window.on))
+    return pa.schema([on, *(f for f in schema if f.name not in grouped or f.name in op.keys)])
+
+
+def latest_partials(op: WindowAggregate, df: pl.DataFrame) -> pl.DataFrame:
+    """`op`'s partial state of the records `df` per (pane, keys), each row carrying the latest event
+    time of its records in place of the pane's bounds.
+
+    Why the latest: an operator that emits its rows as the watermark passes their event time (the
+    winners at their close) hands them to `op` through Spark's late filter, which a pane's start
+    may already be behind; the latest event time of the records is no earlier than any of them, and
+    assigns the row to the same pane."""
+    assert op.window is not None
+    schema = latest_partial_schema(op, df.to_arrow().schema)
+    if df.height == 0:
+        return pl.from_arrow(schema.empty_table())  # type: ignore[return-value]
+    by = [WINDOW_START, *op.keys]
+    panes = _assign_panes(op, df)
+    folded = polars_fold.fold(panes, by, op.aggs, from_records=True)
+    latest = panes.group_by(by).agg(pl.col(op.window.on).max())
+    return _frame(_conform(folded.join(latest, on=by, nulls_equal=True), schema))
+
+
 def _as_table(data: pa.Table | pa.RecordBatch) -> pa.Table:
     return pa.Table.from_batches([data]) if isinstance(data, pa.RecordBatch) else data
 

@@ -22,7 +22,8 @@ import polars as pl
 
 from core.expr import Expr
 from core.expr_polars import to_polars
-from core.plan import WinnerAtClose
+from core.plan import WindowAggregate, WinnerAtClose
+from merge.partials import latest_partials
 from merge.polars_fold import US_PER_MS, ceil_ms
 
 SIDE = "sponge_side"  # 0: a left (entity) row, 1: a right row
@@ -47,12 +48,19 @@ class WinnerSpec:
     at: str
     by: str
     condition: Expr | None
+    then: WindowAggregate | None = None  # the aggregate over close times the winners feed (`emitted`)
 
     @classmethod
     def of(
-        cls, op: WinnerAtClose, left: Sequence[str], right: Sequence[str], timestamps: Collection[str]
+        cls,
+        op: WinnerAtClose,
+        left: Sequence[str],
+        right: Sequence[str],
+        timestamps: Collection[str],
+        then: WindowAggregate | None = None,
     ) -> WinnerSpec:
-        """The spec of `op` over inputs with columns `left` and `right`, `timestamps` among them."""
+        """The spec of `op` over inputs with columns `left` and `right`, `timestamps` among them; with
+        `then`, the fused aggregate (core/fusions.py `closed_aggregates`)."""
         stamped = tuple(c for c in (*left, *right) if c in timestamps)
         return cls(
             len(op.left_keys),
@@ -64,6 +72,7 @@ class WinnerSpec:
             op.at,
             op.by,
             op.condition,
+            then,
         )
 
     @property
@@ -111,12 +120,14 @@ class WinnerState:
 
 @dataclass(frozen=True)
 class Decided:
-    """What a step leaves: the new state, the winners decided (left then right columns) and the
-    earliest watermark (ms) at which something more is due, if anything is."""
+    """What a step leaves: the new state, what it emits for the winners decided (`emitted`: left then
+    right columns, or the fused aggregate's partials) and the earliest watermark (ms) at which
+    something more is due, if anything is."""
 
     state: WinnerState
     won: pl.DataFrame | None
     next_due_ms: int | None
+    winners: int = 0  # the entities decided (`won` may hold fewer rows: partials)
 
 
 def _empty_open(spec: WinnerSpec, like: pl.DataFrame) -> pl.DataFrame:
@@ -155,15 +166,24 @@ def expire(spec: WinnerSpec, state: WinnerState, watermark_ms: int) -> Decided:
     later entity could still take, and say when the next one is due."""
     s = spec
     due_at = _closes_ms(s)
-    won = None
+    won, decided = None, 0
     open_, pending = state.open, state.pending
     if open_ is not None:
-        won = open_.filter((due_at <= watermark_ms) & pl.col(HAS_BEST)).select(*s.left, *s.right)
+        winners = open_.filter((due_at <= watermark_ms) & pl.col(HAS_BEST)).select(*s.left, *s.right)
+        won, decided = emitted(s, winners), winners.height
         open_ = open_.filter(due_at > watermark_ms)
     if pending is not None:
         pending = pending.filter(pl.col(s.at).dt.epoch("us") >= watermark_ms * US_PER_MS)
     kept = WinnerState(open_, pending)
-    return Decided(kept, won, next_due_ms(s, kept))
+    return Decided(kept, won, next_due_ms(s, kept), decided)
+
+
+def emitted(spec: WinnerSpec, won: pl.DataFrame) -> pl.DataFrame:
+    """What the operator emits for the winners `won`: their rows, or with `spec.then` the fused
+    aggregate's partial state of them (merge/partials.py `latest_partials`), which the aggregate
+    folds as it folds workers' partials. A worker holding key groups emits the same, so the
+    aggregate's work on its winners is done where they were decided."""
+    return won if spec.then is None else latest_partials(spec.then, won)
 
 
 def _closes_ms(spec: WinnerSpec) -> pl.Expr:

@@ -30,7 +30,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from core.errors import PlanError
-from core.fusions import join_counts, keyed_pairs
+from core.fusions import closed_aggregates, join_counts, keyed_pairs
 from core.offload_chains import KEYED, PARTIAL, ROWS, SIDE_COUNTS, OffloadChain
 from core.plan import (
     WINDOW,
@@ -273,7 +273,8 @@ def state_store_for(plan: LogicalPlan) -> str:
 
 
 class _Fusion:
-    """Where lowering departs from one operator at a time: the pairs of `_fusions` and `join_counts`."""
+    """Where lowering departs from one operator at a time: the pairs of `_fusions`, `join_counts` and
+    `closed_aggregates`."""
 
     def __init__(self, plan: LogicalPlan) -> None:
         pairs = _fusions(plan)
@@ -282,6 +283,15 @@ class _Fusion:
         joins = join_counts(plan)
         self.joins = {join: plan.node(agg).op for join, (_, agg) in joins.items()}
         self.counted = {agg for _, agg in joins.values()}  # the join's frame is already their output
+        closed = closed_aggregates(plan)
+        self.closed = {winner: plan.node(agg).op for winner, (_, agg) in closed.items()}
+        self.folded = {agg for _, agg in closed.values()}  # fed the winners' partials
+
+    def then(self, node_id: str) -> WindowAggregate | None:
+        """The aggregate a winner operator emits the partials of, if it is fused with one."""
+        agg = self.closed.get(node_id)
+        assert agg is None or isinstance(agg, WindowAggregate)
+        return agg
 
     def lower(
         self,
@@ -300,6 +310,12 @@ class _Fusion:
             return window_join_count.join_count(ins[0], ins[1], op, agg, agg_like, workers)
         if node_id in self.counted:
             return ins[0]
+        if node_id in self.closed:
+            assert isinstance(op, WinnerAtClose)
+            return winner_at_close(ins[0], ins[1], op, then=self.then(node_id))
+        if node_id in self.folded:
+            assert isinstance(op, WindowAggregate)
+            return _aggregate(ins[0], op, partial=True)
         if node_id in self.aggregates:
             assert isinstance(op, WindowAggregate)
             return fold_per_task(_local_partials(ins[0], op), op)
@@ -357,7 +373,9 @@ def lower_rewritten(
             receipts = {c.entity: results[c] for c in ending if c.kind == KEYED}
             if receipts:
                 assert isinstance(op, WinnerAtClose) and seal_service is not None
-                df = winner_at_close(ins[0], ins[1], op, receipts, seal_service(node_id))
+                df = winner_at_close(
+                    ins[0], ins[1], op, receipts, seal_service(node_id), fusion.then(node_id)
+                )
             elif partials:
                 assert isinstance(op, WindowAggregate) and len(ending) == 1
                 df = merge_aggregate(ins[0], partials[0], op, partials_only=node_id in fusion.aggregates)

@@ -32,6 +32,7 @@ import pandas as pd
 import polars as pl
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.streaming.stateful_processor import (
     ExpiredTimerInfo,
     StatefulProcessor,
@@ -41,9 +42,10 @@ from pyspark.sql.streaming.stateful_processor import (
 from pyspark.sql.types import IntegralType, StructField, StructType, TimestampType
 
 from core.offload_plan import KEY_GROUPS
-from core.plan import WinnerAtClose
+from core.plan import WindowAggregate, WinnerAtClose
 from merge.keyed_batch import RECEIPT_SIDE, Fetch, SealService, run_batch
 from merge.keyed_groups import GROUP, RECEIPT, GroupState
+from merge.partials import latest_partial_schema
 from merge.spark.frame_state import FrameValue, NextTimer, input_frame
 from merge.winner import SIDE, WinnerSpec, WinnerState, key_column
 
@@ -91,7 +93,7 @@ class WinnerProcessor(StatefulProcessor):
             self._keep_held(batch.held)
         self.timer.ensure(batch.next_due_ms, watermark_ms)
         for out in batch.outs:
-            yield out.select(*s.left, *s.right).to_pandas()
+            yield out.to_pandas()
 
     def _held(self) -> dict[int, GroupState]:
         frame = self.groups.get()
@@ -169,13 +171,15 @@ def winner_at_close(
     op: WinnerAtClose,
     receipts: Mapping[str, DataFrame] | None = None,
     service: SealService | None = None,
+    then: WindowAggregate | None = None,
 ) -> DataFrame:
-    """`op` over its two inputs: one row per entity that has a winner, its columns then the winner's.
+    """`op` over its two inputs: one row per entity that has a winner, its columns then the winner's;
+    with `then` (core/fusions.py `closed_aggregates`), those rows in `then`'s partial form instead.
     With `receipts` (by entity) and `service`, the key groups workers hold run there (ADR 0024)."""
     timestamps = {
         f.name for f in (*left.schema.fields, *right.schema.fields) if isinstance(f.dataType, TimestampType)
     }
-    spec = WinnerSpec.of(op, left.columns, right.columns, timestamps)
+    spec = WinnerSpec.of(op, left.columns, right.columns, timestamps, then)
     buckets = int(left.sparkSession.conf.get("spark.sql.shuffle.partitions") or "1")
     both = _staged(left, 0, op.left_keys, right.schema).unionByName(
         _staged(right, 1, op.right_keys, left.schema)
@@ -184,6 +188,9 @@ def winner_at_close(
         both = both.unionByName(_receipts(df, entity, left, right, op.left_keys))
     both = both.withColumn(_BUCKET, F.pmod(F.col(GROUP), F.lit(buckets)))
     out = StructType([*left.schema.fields, *right.schema.fields])
+    if then is not None:
+        rows = to_arrow_schema(out, timezone="UTC")  # the zone is only a label on UTC micros
+        out = from_arrow_schema(latest_partial_schema(then, rows), prefer_timestamp_ntz=False)
     return both.groupBy(_BUCKET).transformWithStateInPandas(
         statefulProcessor=WinnerProcessor(spec, service if receipts else None),
         outputStructType=out,

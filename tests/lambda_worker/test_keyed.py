@@ -33,10 +33,12 @@ def test_q4s_winner_step_is_compiled_from_the_plans_schemas() -> None:
     assert [i.entity for i in program.inputs] == ["auction", "bid"]
 
 
-def test_seals_of_every_group_over_the_sources_records_decide_the_winning_bids() -> None:
+@pytest.mark.parametrize("query", ["q6", "q4"])
+def test_seals_of_every_group_over_the_sources_records_decide_the_winning_bids(query: str) -> None:
     """Each batch of generated events, split by key group into one seal per group (the group's state
-    carried from seal to seal), decides per auction what the DuckDB reference decides."""
-    program = KeyedProgram.from_plan(get_query("q4").plan(QueryParams()), "winner_at_close6")
+    carried from seal to seal), decides per auction what the DuckDB reference decides. Q6 emits the
+    winners; Q4 emits its average's partials of them, per category and pane of close time."""
+    program = KeyedProgram.from_plan(get_query(query).plan(QueryParams()), "winner_at_close6")
     config = GeneratorConfig(seed=7, events=EVENTS)
     keys = {"auction": "id", "bid": "auction"}
     states: dict[int, dict] = {}
@@ -58,13 +60,27 @@ def test_seals_of_every_group_over_the_sources_records_decide_the_winning_bids()
         times = [f["date_time"].max() for f in batch.values() if f.height]
         watermark_ms = max(watermark_ms, int(max(times).timestamp() * 1000))
     for state in states.values():
-        _, out, _ = read_answer(program.run_table(seal_request(state, {}, None, END_MS)))
+        _, out, _ = read_answer(program.run_table(seal_request(state, {}, None, END_MS), counts))
         won.append(out)
-    got = {(r["a_id"], r["price"]) for f in won if f is not None for r in f.iter_rows(named=True)}
     tables = {e: generate(config, e, 0, EVENTS) for e in keys}
-    want = {(r["id"], r["price"]) for r in winning_bids(tables).to_pylist()}
-    assert len(want) > 50 and got == want
+    winners = pl.from_arrow(winning_bids(tables))
+    assert isinstance(winners, pl.DataFrame) and winners.height > 50
     assert counts["winner_at_close6"] > 0 and counts["map1"] > 0 and counts["key_by5"] > 0
+    out = pl.concat([f for f in won if f is not None])
+    if query == "q6":
+        assert set(out.select("a_id", "price").iter_rows()) == set(winners.select("id", "price").iter_rows())
+        assert "key_by7" not in counts
+        return
+    categories = pl.from_arrow(tables["auction"].select(["id", "category"]))
+    assert isinstance(categories, pl.DataFrame)
+    want = winners.join(categories, on="id").group_by("category").agg(pl.len(), pl.col("price").sum())
+    got = out.group_by("category").agg(
+        pl.col("avg_price__count").sum().alias("len"),
+        pl.col("avg_price__sum").sum().cast(pl.Int64).alias("price"),
+    )
+    assert got.sort("category").equals(want.select(got.columns).cast(got.schema).sort("category"))
+    assert out.height < winners.height  # folded per category and pane on the worker
+    assert counts["key_by7"] == counts["window_aggregate8"] == winners.height
 
 
 def test_only_a_winner_at_close_has_a_keyed_step() -> None:

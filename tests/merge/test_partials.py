@@ -12,6 +12,7 @@ import math
 from collections import defaultdict
 from typing import Any
 
+import polars as pl
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -22,8 +23,10 @@ from core.expr import BinOp, Col, Expr, Lit, col
 from core.plan import WINDOW, AggCall, WindowAggregate, WindowSpec
 from merge.partials import (
     TIMESTAMP,
+    WINDOW_START,
     final_schema,
     finalize,
+    latest_partials,
     merge_partials,
     partial_aggregate,
     partial_schema,
@@ -241,6 +244,27 @@ def test_merged_partials_equal_the_direct_aggregate(
     # Merging is associative: folding the parts pairwise gives the same state.
     pairwise = merge_partials(op, [merge_partials(op, partials[:2]), merge_partials(op, partials[2:])])
     assert_groups_equal(as_groups(op, finalize(op, pairwise)), reference(op, rows))
+
+
+@pytest.mark.parametrize("window", [TUMBLING, SLIDING], ids=["tumbling", "sliding"])
+@pytest.mark.parametrize("fn", ["count", "min", "avg"])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=rows_strategy)
+def test_latest_partials_carry_the_latest_event_time_into_the_same_pane(
+    fn: str, window: WindowSpec, rows: list[dict]
+) -> None:
+    """Each row is the pane's partial, and its event time the latest of its records: an aggregate that
+    assigns it to a pane by that time folds what it would have folded from the records."""
+    op = WindowAggregate(("k",), window, (CALLS[fn],))
+    records = pl.from_arrow(_table(rows, regroup=False))
+    assert isinstance(records, pl.DataFrame)
+    got = latest_partials(op, records)
+    panes = pl.from_arrow(partial_aggregate(op, records.to_arrow()))
+    assert isinstance(panes, pl.DataFrame)
+    pane = pl.col("t").dt.truncate(f"{window.slide_s}s").alias(WINDOW_START)
+    latest = records.group_by(pane, "k").agg(pl.col("t").max())
+    want = panes.drop("window_end").join(latest, on=[WINDOW_START, "k"]).drop(WINDOW_START)
+    assert got.sort("t", "k").equals(want.select(got.columns).sort("t", "k"))
 
 
 def test_multiple_aggregates_over_an_expression_in_one_operator() -> None:
