@@ -59,10 +59,10 @@ def test_compile_says_what_a_burst_moves_to_workers_and_what_stays() -> None:
     assert "stays on the VM: no stateful operator" in p.stdout
     assert "stays on the VM: top_k5" in sponge("compile", "q5").stdout
     q4 = sponge("compile", "q4").stdout
-    assert (
-        "bid      map4 ─ key_by5 ─ winner_at_close6: workers run whole key groups of it, by bid.auction" in q4
-    )
-    assert "stays on the VM: window_aggregate8" in q4
+    fused = "winner_at_close6 (with key_by7, window_aggregate8)"
+    assert f"bid      map4 ─ key_by5 ─ {fused}: workers run whole key groups of it, by bid.auction" in q4
+    assert "stays on the VM: no stateful operator" in q4
+    assert "stays on the VM: latest_aggregate8" in sponge("compile", "q6").stdout
     assert (
         "stays on the VM: window_join8 (keyed by person.id, auction.seller)" in sponge("compile", "q3").stdout
     )
