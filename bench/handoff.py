@@ -38,8 +38,8 @@ from core.offload_plan import key_groups_of
 from lambda_worker.keyed import KeyedProgram
 from lambda_worker.program import ProgramSpec
 from merge.keyed_batch import RECEIPT_SIDE, Fetch, run_batch
-from merge.keyed_groups import GROUP, RECEIPT
-from merge.winner import SIDE, WinnerState, step
+from merge.keyed_groups import GROUP, RECEIPT, Frames
+from merge.keyed_step import SIDE
 
 QUERY, NODE = "q4", "winner_at_close6"
 T0_US = 1_700_000_000 * 1_000_000  # event time of the switch
@@ -89,10 +89,10 @@ def bids(count: int, keys: int, rate: float, seed: int) -> pa.Table:
     return table.append_column(GROUP, pa.array(key_groups_of(table["auction"]).astype(np.int32)))
 
 
-def vm_state(program: KeyedProgram, keys: int) -> WinnerState:
+def vm_state(program: KeyedProgram, keys: int) -> Frames:
     """The VM's state before the switch: every auction open, no bid yet."""
     rows = program.staged({"auction": pl.from_arrow(auctions(keys))})  # type: ignore[dict-item]
-    return step(program.spec, WinnerState(), rows, (T0_US - US) // 1000).state
+    return program.spec.step({}, rows, (T0_US - US) // 1000).state
 
 
 def _receipts(table: pa.Table, start: int, end: int, seq: int) -> pl.DataFrame:
@@ -107,7 +107,7 @@ def _receipts(table: pa.Table, start: int, end: int, seq: int) -> pl.DataFrame:
 
 
 def handoff(
-    address: str, secret_file: Path, fetch: Fetch, state: WinnerState, records: pa.Table, args: Any
+    address: str, secret_file: Path, fetch: Fetch, state: Frames, records: pa.Table, args: Any
 ) -> dict[str, Any]:
     """One handoff: every group switches at once, the records arrive at `args.rate`; the latencies."""
     from router.client import shared_client

@@ -24,18 +24,8 @@ from core.keyed_stages import keyed_stages
 from core.plan import LogicalPlan, WindowAggregate, WinnerAtClose
 from lambda_worker.transient import TransientProgram
 from merge.keyed_groups import GROUP, Frames, groups_of, read_request, seal_answer
-from merge.winner import (
-    SIDE,
-    WinnerSpec,
-    joined,
-    key_column,
-    keys_of,
-    next_due_ms,
-    select,
-    state_frames,
-    state_of,
-    step,
-)
+from merge.keyed_step import SIDE, KeyedStep, key_column, keys_of, select
+from merge.winner import WinnerSpec
 
 _CUT = "sponge_cut"  # a state row's key group while the state is cut by group
 
@@ -54,9 +44,10 @@ class KeyedProgram:
 
     query: str
     node_id: str
-    spec: WinnerSpec
+    spec: KeyedStep
     inputs: tuple[_Input, ...]  # by port
     types: dict[str, pl.DataType]  # every input column's type, so a one-sided batch is typed whole
+    sides: tuple[tuple[str, ...], tuple[str, ...]]  # each input's columns, by port
     fused: tuple[str, ...] = ()  # the key_by and aggregate whose partials the step emits (`spec.then`)
 
     @classmethod
@@ -81,7 +72,7 @@ class KeyedProgram:
         arrow = {c: ARROW_TYPES[t] for c, t in (*left.items(), *right.items())}
         arrow |= {SIDE: pa.int32(), **{key_column(i): arrow[k] for i, k in enumerate(op.left_keys)}}
         types = {c: pl.from_arrow(pa.array([], t)).dtype for c, t in arrow.items()}  # type: ignore[union-attr]
-        return cls(plan.name, node_id, spec, inputs, types, fused)
+        return cls(plan.name, node_id, spec, inputs, types, (tuple(left), tuple(right)), fused)
 
     def staged(self, parts: dict[str, pl.DataFrame], counts: dict[str, int] | None = None) -> pl.DataFrame:
         """The stashed records of each input run through its prefix (counted per node with `counts`)
@@ -94,12 +85,11 @@ class KeyedProgram:
                 continue
             rows = pl.from_arrow(inp.prefix.run_table(records.drop(GROUP, strict=False).to_arrow(), counts))
             assert isinstance(rows, pl.DataFrame)
-            own = s.left if port == 0 else s.right
             frames.append(
                 rows.select(
                     pl.lit(port, pl.Int32).alias(SIDE),
                     *[pl.col(k).alias(key_column(i)) for i, k in enumerate(inp.keys)],
-                    *own,
+                    *self.sides[port],
                 )
             )
         return pl.concat(frames, how="diagonal_relaxed").select(s.columns)
@@ -119,12 +109,11 @@ class KeyedProgram:
         return pl.concat(frames, how="vertical_relaxed").unique()
 
     def select(self, state: Frames, touched: pl.DataFrame, watermark_ms: int) -> tuple[Frames, Frames]:
-        """(the state a batch of the `touched` keys reads at `watermark_ms`, the rest): merge/winner.py."""
-        needed, rest = select(self.spec, state_of(state), touched, watermark_ms)
-        return state_frames(needed), state_frames(rest)
+        """(the state a batch of the `touched` keys reads at `watermark_ms`, the rest)."""
+        return select(self.spec, state, touched, watermark_ms)
 
     def joined(self, *states: Frames) -> Frames:
-        return state_frames(joined(*(state_of(s) for s in states)))
+        return self.spec.joined(*states)
 
     def by_group(self, state: Frames, groups: Iterable[int]) -> dict[int, Frames]:
         """`state` cut by key group (ADR 0023), one entry per group of `groups`, empty where it holds none."""
@@ -139,10 +128,10 @@ class KeyedProgram:
         return cut  # type: ignore[return-value]
 
     def next_due_ms(self, state: Frames) -> int | None:
-        return next_due_ms(self.spec, state_of(state))
+        return self.spec.next_due_ms(state)
 
     def key_count(self, state: Frames) -> int:
-        keys = keys_of(self.spec, state_of(state))
+        keys = keys_of(self.spec, state)
         return keys.height if keys is not None else 0
 
     def records_in(self, data: pa.Table) -> int:
@@ -159,8 +148,8 @@ class KeyedProgram:
             new = pl.concat([new, forwarded.select(self.spec.columns)], how="vertical_relaxed")
         if counts is not None:
             counts[self.node_id] = counts.get(self.node_id, 0) + new.height
-        decided = step(self.spec, state_of(state), new, watermark_ms)
+        stepped = self.spec.step(state, new, watermark_ms)
         if counts is not None and self.fused:
             for node in self.fused:
-                counts[node] = counts.get(node, 0) + decided.winners
-        return seal_answer(state_frames(decided.state), decided.won, decided.next_due_ms)
+                counts[node] = counts.get(node, 0) + stepped.decided
+        return seal_answer(dict(stepped.state), stepped.out, stepped.next_due_ms)

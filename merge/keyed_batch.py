@@ -1,7 +1,7 @@
-"""One batch of a bucket of key groups of the winner operator, free of Spark: the VM's step, the seals
+"""One batch of a bucket of key groups of a keyed operator, free of Spark: the VM's step, the seals
 of the groups workers run, the state that moves between them.
 
-Why apart from the Spark processor (merge/spark/winner_at_close.py, which only loads the state,
+Why apart from the Spark processor (merge/spark/keyed_processor.py, which only loads the state,
 calls `run_batch` and saves what it returns): the same code is what bench.handoff measures and what
 the unit tests drive with an in-process agent, so the figures and the tests are of the product's
 own handoff. The per-group rule is merge/keyed_groups.py's `decide`; what moves when a group goes to
@@ -27,7 +27,7 @@ from typing import Protocol
 import polars as pl
 
 from merge.keyed_groups import GROUP, RECEIPT, Frames, GroupState, Where, after, decide, groups_of
-from merge.winner import SIDE, WinnerSpec, WinnerState, expire, joined, state_frames, state_of, step, take
+from merge.keyed_step import SIDE, KeyedStep, keys_of, take
 
 RECEIPT_SIDE = 2  # a receipt row's sponge_side: records of its group are stashed at the agent
 SEALS_AT_ONCE = 4  # a batch's seals from one task, each of a run of its groups, all in flight at once
@@ -67,17 +67,17 @@ class Batch:
     """What a batch leaves: the VM's state, the groups' bookkeeping, the outputs and the earliest
     watermark (ms) at which something more is due, on the VM or on the workers."""
 
-    state: WinnerState
+    state: Frames
     held: dict[int, GroupState]
     outs: list[pl.DataFrame]
     next_due_ms: int | None
 
 
 def run_batch(
-    spec: WinnerSpec,
+    spec: KeyedStep,
     service: SealService | None,
     fetch: Fetch,
-    vm: WinnerState,
+    vm: Frames,
     held: Mapping[int, GroupState],
     new: pl.DataFrame | None,
     watermark_ms: int,
@@ -90,11 +90,11 @@ def run_batch(
         receipts = new.filter(pl.col(SIDE) == RECEIPT_SIDE) if new is not None else None
         local, vm = _groups_elsewhere(spec, service, fetch, local, receipts, vm, groups, watermark_ms, outs)
     if local is not None:
-        decided = step(spec, vm, local.select(spec.columns), watermark_ms)
+        decided = spec.step(vm, local.select(spec.columns), watermark_ms)
     else:
-        decided = expire(spec, vm, watermark_ms)
-    if decided.won is not None and decided.won.height:
-        outs.append(decided.won)
+        decided = spec.expire(vm, watermark_ms)
+    if decided.out is not None and decided.out.height:
+        outs.append(decided.out)
     dues = [g.next_due_ms for g in groups.values() if g.on_workers and g.next_due_ms is not None]
     if decided.next_due_ms is not None:
         dues.append(decided.next_due_ms)
@@ -102,16 +102,16 @@ def run_batch(
 
 
 def _groups_elsewhere(
-    spec: WinnerSpec,
+    spec: KeyedStep,
     service: SealService,
     fetch: Fetch,
     local: pl.DataFrame | None,
     receipts: pl.DataFrame | None,
-    vm: WinnerState,
+    vm: Frames,
     held: dict[int, GroupState],
     watermark_ms: int,
     outs: list[pl.DataFrame],
-) -> tuple[pl.DataFrame | None, WinnerState]:
+) -> tuple[pl.DataFrame | None, Frames]:
     """Carry out each group's decision but the VM's own step; return the rows and state left to it.
     The seals of different groups are independent and run at once (DRRS's subscales)."""
     local_groups = set(local[GROUP].to_list()) if local is not None else set()
@@ -131,7 +131,7 @@ def _groups_elsewhere(
                 local = local.filter(pl.col(GROUP) != g)
             sealing.append((g, st, d, forwarded))
         elif d.where is Where.VM and d.hand_back:
-            vm = joined(vm, state_of(service.hand_back(g, st.version)))
+            vm = spec.joined(vm, service.hand_back(g, st.version))
             held[g] = after(st, d, None)
     if not sealing:
         return local, vm
@@ -148,9 +148,9 @@ def _groups_elsewhere(
         seals = []
         for lane, k, p, r in zip(lanes, keys, parts, rows, strict=True):
             moved, vm = take(spec, vm, k)
-            some = any(f is not None and f.height for f in (moved.open, moved.pending))
+            some = any(f is not None and f.height for f in moved.values())
             groups = [(g, st.version, d.move_in) for g, st, d, _ in lane]
-            seals.append((groups, p, state_frames(moved) if some else None, r, watermark_ms))
+            seals.append((groups, p, moved if some else None, r, watermark_ms))
         answers = list(pool.map(lambda args: service.seal(*args), seals))
     for lane, (out, dues) in zip(lanes, answers, strict=True):
         if out is not None and out.height:
@@ -166,7 +166,7 @@ def _stacked(frames: list[pl.DataFrame]) -> pl.DataFrame | None:
 
 def _keys(
     service: SealService,
-    spec: WinnerSpec,
+    spec: KeyedStep,
     groups: list[int],
     parts: list[Part],
     forwarded: pl.DataFrame | None,
@@ -178,10 +178,9 @@ def _keys(
     return pl.concat(frames, how="vertical_relaxed") if frames else None
 
 
-def _group_keys(vm: WinnerState, groups: list[int], spec: WinnerSpec) -> pl.DataFrame | None:
+def _group_keys(vm: Frames, groups: list[int], spec: KeyedStep) -> pl.DataFrame | None:
     """Every key of `groups` in the VM's state: what moves all at once."""
-    frames = [f.select(spec.keys) for f in (vm.open, vm.pending) if f is not None and f.height]
-    if not frames or not groups:
+    keys = keys_of(spec, vm)
+    if keys is None or not groups:
         return None
-    keys = pl.concat(frames, how="vertical_relaxed").unique()
     return keys.filter(groups_of(keys, spec.keys).is_in(groups))

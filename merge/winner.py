@@ -15,7 +15,7 @@ replayed batch yields the same state.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import polars as pl
@@ -23,16 +23,12 @@ import polars as pl
 from core.expr import Expr
 from core.expr_polars import to_polars
 from core.plan import WindowAggregate, WinnerAtClose
+from merge.keyed_step import SIDE, Frames, Stepped, key_column
 from merge.partials import latest_partials
 from merge.polars_fold import US_PER_MS, ceil_ms
 
-SIDE = "sponge_side"  # 0: a left (entity) row, 1: a right row
 LID = "sponge_lid"  # an open entity's number within its state
 HAS_BEST = "sponge_has_best"
-
-
-def key_column(i: int) -> str:
-    return f"sponge_k{i}"
 
 
 @dataclass(frozen=True)
@@ -83,6 +79,27 @@ class WinnerSpec:
     def columns(self) -> list[str]:
         """The step's input: the side, the join key, then the left's and the right's columns."""
         return [SIDE, *self.keys, *self.left, *self.right]
+
+    # ---- the keyed step (merge/keyed_step.py) over the state as named frames ----
+
+    def step(self, state: Frames, new: pl.DataFrame, watermark_ms: int) -> Stepped:
+        return _stepped(step(self, state_of(state), new, watermark_ms))
+
+    def expire(self, state: Frames, watermark_ms: int) -> Stepped:
+        return _stepped(expire(self, state_of(state), watermark_ms))
+
+    def due_keys(self, state: Frames, watermark_ms: int) -> pl.DataFrame | None:
+        """The keys of the entities the watermark closes."""
+        open_ = state.get(OPEN)
+        if open_ is None or open_.height == 0:
+            return None
+        return open_.filter(_closes_ms(self) <= watermark_ms).select(self.keys)
+
+    def joined(self, *states: Frames) -> Frames:
+        return state_frames(joined(*(state_of(s) for s in states)))
+
+    def next_due_ms(self, state: Frames) -> int | None:
+        return next_due_ms(self, state_of(state))
 
     def offer(self, open_: pl.DataFrame, candidates: pl.DataFrame) -> pl.DataFrame:
         """Each open entity's best right row after seeing `candidates` (right rows of its keys)."""
@@ -202,47 +219,6 @@ def next_due_ms(spec: WinnerSpec, state: WinnerState) -> int | None:
     return min(nexts) if nexts else None
 
 
-# ---- a state by keys: what lazy fetch moves (ADR 0025) -------------------------------------------
-
-
-def keys_of(spec: WinnerSpec, state: WinnerState) -> pl.DataFrame | None:
-    """The distinct keys `state` holds anything of (None when it holds nothing)."""
-    frames = [f.select(spec.keys) for f in (state.open, state.pending) if f is not None and f.height]
-    return pl.concat(frames, how="vertical_relaxed").unique() if frames else None
-
-
-def take(spec: WinnerSpec, state: WinnerState, keys: pl.DataFrame | None) -> tuple[WinnerState, WinnerState]:
-    """(the rows of `keys`, the rest): the step is key-local, so the two may live apart."""
-    if keys is None or keys.height == 0:
-        return WinnerState(), state
-    taken, kept = [], []
-    for frame in (state.open, state.pending):
-        if frame is None:
-            taken.append(None)
-            kept.append(None)
-            continue
-        wanted = keys.select([pl.col(k).cast(frame.schema[k]) for k in spec.keys]).unique()
-        taken.append(frame.join(wanted, on=spec.keys, how="semi"))
-        kept.append(frame.join(wanted, on=spec.keys, how="anti"))
-    return WinnerState(taken[0], taken[1]), WinnerState(kept[0], kept[1])
-
-
-def select(
-    spec: WinnerSpec, state: WinnerState, touched: pl.DataFrame | None, watermark_ms: int
-) -> tuple[WinnerState, WinnerState]:
-    """(what a step at `watermark_ms` over rows of the `touched` keys reads, the rest after the same
-    watermark): the entities it closes go with the first, the pending rows it drops leave the rest.
-    So `step` over the first, joined with the second, is `step` over the whole
-    (tests/merge/test_winner.py)."""
-    due = None
-    if state.open is not None and state.open.height:
-        due = state.open.filter(_closes_ms(spec) <= watermark_ms).select(spec.keys)
-    wanted = [k for k in (touched, due) if k is not None and k.height]
-    keys = pl.concat([k.select(spec.keys) for k in wanted], how="vertical_relaxed") if wanted else None
-    needed, rest = take(spec, state, keys)
-    return needed, expire(spec, rest, watermark_ms).state
-
-
 def joined(*states: WinnerState) -> WinnerState:
     """States of disjoint keys as one, in one concatenation; the entities are renumbered 0, 1, ... (an
     entity's number only names it within a state)."""
@@ -276,5 +252,9 @@ def state_frames(state: WinnerState) -> dict[str, pl.DataFrame | None]:
     return {OPEN: state.open, PENDING: state.pending}
 
 
-def state_of(frames: Mapping[str, pl.DataFrame | None]) -> WinnerState:
+def state_of(frames: Frames) -> WinnerState:
     return WinnerState(frames.get(OPEN), frames.get(PENDING))
+
+
+def _stepped(decided: Decided) -> Stepped:
+    return Stepped(state_frames(decided.state), decided.won, decided.next_due_ms, decided.winners)

@@ -15,6 +15,7 @@ from bench.handoff import NODE, QUERY, auctions, bids, parse_args, vm_state
 from lambda_worker.keyed import KeyedProgram
 from lambda_worker.program import ProgramSpec
 from merge.keyed_groups import GROUP
+from merge.winner import OPEN
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -22,8 +23,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_the_state_holds_every_key_open_and_the_bids_fall_on_those_keys() -> None:
     program = ProgramSpec(QUERY, (NODE,)).compile()
     assert isinstance(program, KeyedProgram)
-    state = vm_state(program, 500)
-    assert state.open is not None and sorted(state.open["a_id"].to_list()) == list(range(500))
+    opened = vm_state(program, 500)[OPEN]
+    assert opened is not None and sorted(opened["a_id"].to_list()) == list(range(500))
     table = bids(2_000, 500, 1_000.0, seed=3)
     keys = table["auction"].to_numpy()
     assert keys.min() >= 0 and keys.max() < 500 and len(np.unique(table[GROUP].to_numpy())) > 100

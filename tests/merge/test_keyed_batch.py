@@ -15,16 +15,7 @@ from hypothesis import strategies as st
 from core.offload_plan import key_groups_of
 from merge.keyed_batch import RECEIPT_SIDE, Batch, Fetch, Part, run_batch
 from merge.keyed_groups import GROUP, RECEIPT, Frames
-from merge.winner import (
-    WinnerState,
-    joined,
-    keys_of,
-    next_due_ms,
-    select,
-    state_frames,
-    state_of,
-    step,
-)
+from merge.keyed_step import keys_of, select
 from tests.merge.test_winner import END_MS, SPEC, _brute_force, _cut, _frame, _rows
 
 pytestmark = pytest.mark.timeout(180)
@@ -49,7 +40,7 @@ class Agent:
 
     kills: list[bool]
     stashed: dict[Part, pl.DataFrame] = field(default_factory=dict)
-    versions: dict[tuple[int, int], WinnerState] = field(default_factory=dict)
+    versions: dict[tuple[int, int], Frames] = field(default_factory=dict)
     fetched: int = 0
     seals: int = 0
     tried: set[tuple] = field(default_factory=set)
@@ -66,49 +57,48 @@ class Agent:
         forwarded: pl.DataFrame | None,
         watermark_ms: int,
     ) -> tuple[pl.DataFrame | None, dict[int, int | None]]:
-        state = WinnerState()
+        state: Frames = {}
         for g, version, fresh in groups:
             if not fresh:
-                state = joined(state, self.versions.get((g, version), WinnerState()))
+                state = SPEC.joined(state, self.versions.get((g, version), {}))
         if moved is not None:
-            arrived = state_of(moved)
-            keys = keys_of(SPEC, arrived)
+            keys = keys_of(SPEC, moved)
             self.fetched += keys.height if keys is not None else 0
-            state = joined(state, arrived)
+            state = SPEC.joined(state, moved)
         mine = {g for g, _, _ in groups}
         given = [self.stashed[p] for p in parts if p[3] in mine] + (
             [forwarded] if forwarded is not None else []
         )
         rows = pl.concat([_frame([]), *given])  # a close due with nothing new: no rows
         needed, rest = select(SPEC, state, rows.select(SPEC.keys), watermark_ms)
-        decided = step(SPEC, needed, rows.select(SPEC.columns), watermark_ms)
+        decided = SPEC.step(needed, rows.select(SPEC.columns), watermark_ms)
         key = tuple(groups)
         kill = self.kills[self.seals % len(self.kills)] and key not in self.tried
         self.tried.add(key)
         self.seals += 1
         if kill and self.seals % 2:
             raise Lost  # before the new versions are stored
-        whole = joined(decided.state, rest)
+        whole = SPEC.joined(decided.state, rest)
         dues = {}
         for g, version, _ in groups:
             own = _of_group(whole, g)
             self.versions[(g, version + 1)] = own
-            dues[g] = next_due_ms(SPEC, own)
+            dues[g] = SPEC.next_due_ms(own)
         if kill:
             raise Lost  # after: the replay finds them stored and recomputes the same
-        return decided.won, dues
+        return decided.out, dues
 
     def hand_back(self, group: int, version: int) -> dict[str, pl.DataFrame | None]:
-        return state_frames(self.versions.get((group, version), WinnerState()))
+        return dict(self.versions.get((group, version), {}))
 
 
-def _of_group(state: WinnerState, group: int) -> WinnerState:
+def _of_group(state: Frames, group: int) -> Frames:
     def mine(frame: pl.DataFrame | None) -> pl.DataFrame | None:
         if frame is None:
             return None
         return frame.filter(pl.col(SPEC.keys[0]).map_elements(_key_group, pl.Int64) == group)
 
-    return WinnerState(mine(state.open), mine(state.pending))
+    return {name: mine(frame) for name, frame in state.items()}
 
 
 def _group(row: dict) -> int:
@@ -133,7 +123,7 @@ def _input(local: list[dict], stashed: dict[int, Part]) -> pl.DataFrame | None:
 
 
 def _replayed(
-    agent: Agent, fetch: Fetch, vm: WinnerState, held: dict, new: pl.DataFrame | None, watermark: int
+    agent: Agent, fetch: Fetch, vm: Frames, held: dict, new: pl.DataFrame | None, watermark: int
 ) -> Batch:
     """A batch, replayed from the last committed state until no seal of it is lost, as Spark does."""
     while True:
@@ -152,7 +142,8 @@ def _run(
     """`owners[b][g]`: whether workers own group g at batch b's start, and whether it switches
     mid-batch (its earlier rows then reach the VM, its later ones the workers)."""
     agent = Agent(kills)
-    vm, held, won, watermark = WinnerState(), {}, set(), 0
+    vm: Frames = {}
+    held, won, watermark = {}, set(), 0
     for b, batch in enumerate(batches):
         local, stashed = [], {}
         for i, g in enumerate(GROUPS):
@@ -176,7 +167,7 @@ def _run(
     # run it; nothing may be left behind on either side.
     done = _replayed(agent, fetch, vm, held, None, END_MS)
     won |= {tuple(r) for out in done.outs for r in out.iter_rows()}
-    assert done.state.open is None or done.state.open.height == 0
+    assert all(f is None or f.height == 0 for f in done.state.values())
     return won, agent
 
 

@@ -10,19 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core.expr import col
-from merge.winner import (
-    LID,
-    SIDE,
-    WinnerSpec,
-    WinnerState,
-    expire,
-    joined,
-    key_column,
-    keys_of,
-    select,
-    step,
-    take,
-)
+from merge.keyed_step import SIDE, key_column, keys_of, select, take
+from merge.winner import LID, WinnerSpec, WinnerState, expire, joined, state_frames, state_of, step
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -192,21 +181,21 @@ def test_a_step_over_the_selected_keys_joined_with_the_rest_is_the_step_over_the
             ]
         )
         whole = step(SPEC, state, new, watermark_ms)
-        needed, rest = select(SPEC, state, touched, watermark_ms)
-        part = step(SPEC, needed, new, watermark_ms)
-        assert _rows_of(joined(part.state, rest)) == _rows_of(whole.state)
+        needed, rest = select(SPEC, state_frames(state), touched, watermark_ms)
+        part = step(SPEC, state_of(needed), new, watermark_ms)
+        assert _rows_of(joined(part.state, state_of(rest))) == _rows_of(whole.state)
         won = [{tuple(r) for r in d.won.iter_rows()} if d.won is not None else set() for d in (part, whole)]
         assert won[0] == won[1]
-        state = joined(part.state, rest)
+        state = joined(part.state, state_of(rest))
         if batch:
             watermark_ms = max(watermark_ms, max(t for t, _ in batch) * 1000)
 
 
 def test_take_splits_a_state_by_keys_and_an_empty_key_set_takes_nothing() -> None:
     rows = _rows([(1, 0, 10, 5), (2, 0, 10, 5)], [(1, 2, 7), (2, 3, 9), (3, 4, 1)])
-    state = step(SPEC, WinnerState(), _frame([r for _, r in rows]), 0).state
+    state = state_frames(step(SPEC, WinnerState(), _frame([r for _, r in rows]), 0).state)
     mine, rest = take(SPEC, state, pl.DataFrame({key_column(0): [2, 3]}))
     assert keys_of(SPEC, mine)[key_column(0)].sort().to_list() == [2, 3]  # type: ignore[index]
     assert keys_of(SPEC, rest)[key_column(0)].to_list() == [1]  # type: ignore[index]
     nothing, everything = take(SPEC, state, None)
-    assert keys_of(SPEC, nothing) is None and _rows_of(everything) == _rows_of(state)
+    assert keys_of(SPEC, nothing) is None and _rows_of(state_of(everything)) == _rows_of(state_of(state))

@@ -1,0 +1,101 @@
+"""A keyed operator's step as the handoff sees it: state as named frames, every row of them keyed.
+
+Why an interface: the batch of a bucket of key groups (merge/keyed_batch.py), the worker's program
+(lambda_worker/keyed.py) and the agent's cut of a group's state by key run the same way for every
+operator whose state does not merge (ADR 0024): they need to step a state, expire it at a watermark,
+take the keys a batch reads out of it and join disjoint parts back. Only the step and what falls due
+at a watermark belong to the operator (merge/winner.py, merge/join_step.py); taking keys is
+generic, because every frame of a keyed state carries the key columns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import polars as pl
+
+from merge.keyed_groups import Frames
+
+SIDE = "sponge_side"  # an input row's port: 0 the left input, 1 the right (2: a receipt, keyed_batch)
+
+
+def key_column(i: int) -> str:
+    """The i-th key column of a keyed step's input and state: each input's key, renamed alike."""
+    return f"sponge_k{i}"
+
+
+@dataclass(frozen=True)
+class Stepped:
+    """What a step leaves: the new state, what the operator emits, the earliest watermark (ms) at
+    which something more is due (None: nothing), and how many decisions the output holds (a fused
+    aggregate's partials may hold fewer rows)."""
+
+    state: Frames
+    out: pl.DataFrame | None
+    next_due_ms: int | None
+    decided: int = 0
+
+
+class KeyedStep(Protocol):
+    """One keyed operator's step, free of Spark so it pickles small and runs on a worker."""
+
+    @property
+    def keys(self) -> list[str]:
+        """The key columns of the step's input and of every state frame."""
+        ...
+
+    @property
+    def columns(self) -> list[str]:
+        """The step's input columns, in order."""
+        ...
+
+    def step(self, state: Frames, new: pl.DataFrame, watermark_ms: int) -> Stepped: ...
+
+    def expire(self, state: Frames, watermark_ms: int) -> Stepped:
+        """A step with no new rows: emit what the watermark makes due."""
+        ...
+
+    def due_keys(self, state: Frames, watermark_ms: int) -> pl.DataFrame | None:
+        """The keys whose state a step at `watermark_ms` changes even without a row of theirs."""
+        ...
+
+    def joined(self, *states: Frames) -> Frames:
+        """States of disjoint keys as one."""
+        ...
+
+    def next_due_ms(self, state: Frames) -> int | None: ...
+
+
+def keys_of(step: KeyedStep, state: Frames) -> pl.DataFrame | None:
+    """The distinct keys `state` holds anything of (None when it holds nothing)."""
+    frames = [f.select(step.keys) for f in state.values() if f is not None and f.height]
+    return pl.concat(frames, how="vertical_relaxed").unique() if frames else None
+
+
+def take(step: KeyedStep, state: Frames, keys: pl.DataFrame | None) -> tuple[Frames, Frames]:
+    """(the rows of `keys`, the rest): a key-local step may run on the two apart."""
+    if keys is None or keys.height == 0:
+        return {name: None for name in state}, state
+    taken: dict[str, pl.DataFrame | None] = {}
+    kept: dict[str, pl.DataFrame | None] = {}
+    for name, frame in state.items():
+        if frame is None:
+            taken[name] = kept[name] = None
+            continue
+        wanted = keys.select([pl.col(k).cast(frame.schema[k]) for k in step.keys]).unique()
+        taken[name] = frame.join(wanted, on=step.keys, how="semi")
+        kept[name] = frame.join(wanted, on=step.keys, how="anti")
+    return taken, kept
+
+
+def select(
+    step: KeyedStep, state: Frames, touched: pl.DataFrame | None, watermark_ms: int
+) -> tuple[Frames, Frames]:
+    """(what a step at `watermark_ms` over rows of the `touched` keys reads, the rest after the same
+    watermark): the keys falling due go with the first. So a step over the first, joined with the
+    second, is the step over the whole (tests/merge/test_winner.py, tests/merge/test_join_step.py)."""
+    wanted = [k.select(step.keys) for k in (touched, step.due_keys(state, watermark_ms)) if k is not None]
+    keys = pl.concat(wanted, how="vertical_relaxed") if wanted else None
+    needed, rest = take(step, state, keys)
+    return needed, step.expire(rest, watermark_ms).state
