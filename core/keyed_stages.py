@@ -25,14 +25,19 @@ from core.plan import (
     LatestAggregate,
     LogicalPlan,
     Map,
+    Operator,
     Source,
     WindowJoin,
     WinnerAtClose,
 )
 
 _KEYED = (WindowJoin, WinnerAtClose, LatestAggregate)
-STEPPED = (WinnerAtClose,)
-"""The keyed operators whose step a worker can run (merge/winner.py): the stages that leave the VM."""
+
+
+def stepped(op: Operator) -> bool:
+    """Whether a worker can run `op`'s step (merge/winner.py, merge/join_step.py): the keyed stages
+    that leave the VM. A windowed join leaves by its sides' counts instead (core/fusions.py)."""
+    return isinstance(op, WinnerAtClose) or (isinstance(op, WindowJoin) and op.window is None)
 
 
 @dataclass(frozen=True)

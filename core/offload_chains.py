@@ -10,7 +10,8 @@ stateless operators and stops
 * at a tumbling-window join whose only reader counts its pairs (Q8; core/fusions.py): workers count
   their records of the join's side per window and key, and the VM's fused operator adds those counts
   to its own before it multiplies the sides (kind "side_counts", merge/join_count.py);
-* into a keyed stage whose step a worker can run (Q4/Q6's close decisions; core/keyed_stages.py):
+* into a keyed stage whose step a worker can run (Q4/Q6's close decisions, Q3's join;
+  core/keyed_stages.py):
   the source's records of the key groups the plan owns are stashed at the agent, and the operator's
   VM processor runs each group's batch on a worker (kind "keyed", ADR 0024); a window aggregate over
   the decisions' close times (Q4's) is fused in, and the worker returns its partials;
@@ -19,9 +20,8 @@ stateless operators and stops
   A rows chain that feeds the sink alone (`to_sink`) needs nothing more from the VM: its rows go
   straight into the output (core/direct_sink.py).
 
-Q3's join and Q6's running average (latest_aggregate) keep their state on the VMs: only their stateless
-upstream work is offloaded. The chain's node ids name the transient
-program (lambda_worker/program.py).
+Q6's running average (latest_aggregate) keeps its state on the VMs. The chain's node ids name the
+transient program (lambda_worker/program.py).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from core.aggregate_signatures import signature
 from core.expr import Col
 from core.fusions import closed_aggregates, join_counts
-from core.keyed_stages import STEPPED, keyed_stages
+from core.keyed_stages import keyed_stages, stepped
 from core.plan import WINDOW, Filter, FlatMap, KeyBy, LogicalPlan, Map, Sink, Source, WindowAggregate
 
 ROWS = "rows"
@@ -102,7 +102,7 @@ def chain_for(plan: LogicalPlan, source_id: str) -> OffloadChain | None:
     assert isinstance(src, Source)
     closed = closed_aggregates(plan)
     for stage in keyed_stages(plan):
-        if isinstance(plan.node(stage.op_id).op, STEPPED):
+        if stepped(plan.node(stage.op_id).op):
             for inp in stage.inputs:
                 if inp.source_id == source_id:
                     return OffloadChain(

@@ -1,11 +1,11 @@
 """A keyed stage's step on a worker: a key group's state and a batch's records in, the new state out.
 
 Why the worker runs the VM's own step: a key group held by workers during a burst must decide exactly
-what the VM's operator would have (ADR 0024), so the worker runs the same pure function
-(merge/winner.py) over the state and rows the agent packs into one table (merge/keyed_groups.py).
+what the VM's operator would have (ADR 0024), so the worker runs the same pure step (merge/winner.py,
+merge/join_step.py) over the state and rows the agent packs into one table (merge/keyed_groups.py).
 The stashed records are the sources' own: the worker first runs each input's stateless prefix
 (the transient chain up to the key_by) and lays the rows out as the operator's input, as the Spark
-lowering does on the VM (merge/spark/winner_at_close.py).
+lowering does on the VM (merge/spark/keyed_processor.py).
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ from core.arrow_types import ARROW_TYPES
 from core.errors import PlanError
 from core.expr import DType
 from core.fusions import closed_aggregates
-from core.keyed_stages import keyed_stages
-from core.plan import LogicalPlan, WindowAggregate, WinnerAtClose
+from core.keyed_stages import keyed_stages, stepped
+from core.plan import LogicalPlan, WindowAggregate, WindowJoin, WinnerAtClose
 from lambda_worker.transient import TransientProgram
+from merge.join_step import JoinStep
 from merge.keyed_groups import GROUP, Frames, groups_of, read_request, seal_answer
 from merge.keyed_step import SIDE, KeyedStep, key_column, keys_of, select
 from merge.winner import WinnerSpec
@@ -54,16 +55,21 @@ class KeyedProgram:
     def from_plan(cls, plan: LogicalPlan, node_id: str) -> KeyedProgram:
         op = plan.node(node_id).op
         stage = next((s for s in keyed_stages(plan) if s.op_id == node_id), None)
-        if not isinstance(op, WinnerAtClose) or stage is None:
-            raise PlanError(f"{op.kind} {node_id!r} has no keyed step yet", hint="winner_at_close has one")
+        if not isinstance(op, WinnerAtClose | WindowJoin) or not stepped(op) or stage is None:
+            hint = "winner_at_close and unwindowed joins have one"
+            raise PlanError(f"{op.kind} {node_id!r} has no keyed step", hint=hint)
         left, right = (plan.schemas.get(e.src) for e in plan.in_edges(node_id))
         if left is None or right is None:
             raise PlanError(f"plan {plan.name!r} carries no schemas", hint="build it with the query builder")
-        stamps = {c for c, t in (*left.items(), *right.items()) if t == DType.TIMESTAMP}
         fused = closed_aggregates(plan).get(node_id, ())
-        then = plan.node(fused[-1]).op if fused else None
-        assert then is None or isinstance(then, WindowAggregate)
-        spec = WinnerSpec.of(op, list(left), list(right), stamps, then)
+        spec: KeyedStep
+        if isinstance(op, WindowJoin):
+            spec = JoinStep.of(op, list(left), list(right))
+        else:
+            stamps = {c for c, t in (*left.items(), *right.items()) if t == DType.TIMESTAMP}
+            then = plan.node(fused[-1]).op if fused else None
+            assert then is None or isinstance(then, WindowAggregate)
+            spec = WinnerSpec.of(op, list(left), list(right), stamps, then)
         keys = (op.left_keys, op.right_keys)
         inputs = tuple(
             _Input(i.entity, TransientProgram.from_plan(plan, i.node_ids), keys[i.port], i.keys)

@@ -89,18 +89,14 @@ class ProgramSpec:
 
     def compile(self) -> Program:
         """A chain of transient operators, or a keyed operator's step when the spec names one alone."""
+        from core.keyed_stages import stepped
         from core.nexmark.params import QueryParams
         from core.nexmark.queries import get_query
-        from core.plan import WinnerAtClose
         from lambda_worker.keyed import KeyedProgram
 
         plan = get_query(self.query).plan(QueryParams(self.window_size_s, self.window_slide_s))
         (first, *rest) = self.node_ids
-        if (
-            not rest
-            and first in {n.id for n in plan.nodes}
-            and isinstance(plan.node(first).op, WinnerAtClose)
-        ):
+        if not rest and first in {n.id for n in plan.nodes} and stepped(plan.node(first).op):
             return KeyedProgram.from_plan(plan, first)
         return TransientProgram.from_plan(plan, self.node_ids)
 

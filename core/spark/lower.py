@@ -31,6 +31,7 @@ from pyspark.sql import functions as F
 
 from core.errors import PlanError
 from core.fusions import closed_aggregates, join_counts, keyed_pairs
+from core.keyed_stages import stepped
 from core.offload_chains import KEYED, PARTIAL, ROWS, SIDE_COUNTS, OffloadChain
 from core.plan import (
     WINDOW,
@@ -55,6 +56,7 @@ from core.spark.expr_spark import to_spark
 from core.spark.session import HDFS_STATE_STORE, ROCKSDB_STATE_STORE
 from merge.algebra import check_pane_mergeable
 from merge.spark import column_fold, partial_form, window_fold, window_join_count
+from merge.spark.keyed_join import keyed_join
 from merge.spark.latest_aggregate import latest_aggregate
 from merge.spark.sliding_top_k import fold_per_task, fusable, sliding_top_k
 from merge.spark.winner_at_close import winner_at_close
@@ -228,7 +230,7 @@ def apply_operator(op: Operator, inputs: list[DataFrame], sources: SourceFactory
     if isinstance(op, WindowAggregate):
         return _aggregate(df, op)
     if isinstance(op, WindowJoin):
-        return _join(df, inputs[1], op)
+        return keyed_join(df, inputs[1], op) if stepped(op) else _join(df, inputs[1], op)
     if isinstance(op, WinnerAtClose):
         return winner_at_close(df, inputs[1], op)
     if isinstance(op, LatestAggregate):
@@ -263,6 +265,7 @@ def needs_rocksdb(plan: LogicalPlan) -> bool:
     return bool(_fusions(plan) or join_counts(plan)) or any(
         (isinstance(n.op, WindowAggregate) and window_fold.keeps_records(n.op))
         or isinstance(n.op, TWS_OPERATORS)
+        or stepped(n.op)
         for n in plan.nodes
     )
 
@@ -372,10 +375,13 @@ def lower_rewritten(
             partials = [results[c] for c in ending if c.kind == PARTIAL]
             receipts = {c.entity: results[c] for c in ending if c.kind == KEYED}
             if receipts:
-                assert isinstance(op, WinnerAtClose) and seal_service is not None
-                df = winner_at_close(
-                    ins[0], ins[1], op, receipts, seal_service(node_id), fusion.then(node_id)
-                )
+                assert seal_service is not None
+                service = seal_service(node_id)
+                if isinstance(op, WinnerAtClose):
+                    df = winner_at_close(ins[0], ins[1], op, receipts, service, fusion.then(node_id))
+                else:
+                    assert isinstance(op, WindowJoin)
+                    df = keyed_join(ins[0], ins[1], op, receipts, service)
             elif partials:
                 assert isinstance(op, WindowAggregate) and len(ending) == 1
                 df = merge_aggregate(ins[0], partials[0], op, partials_only=node_id in fusion.aggregates)
