@@ -43,19 +43,22 @@ def test_a_join_that_only_a_count_reads_ends_both_sides_chains_in_side_counts() 
     assert chain.fused == ("key_by7", "window_aggregate8") and chain.partial_states
 
 
-def test_q3s_join_keeps_its_state_on_the_vms_and_offloads_what_feeds_it() -> None:
-    assert [c[2] for c in _chains("q3")] == [ROWS, ROWS]
-    assert [c[3] for c in _chains("q3")] == [None, None]  # q3's maps drop the event time
+def test_q3s_unwindowed_join_takes_its_inputs_whole_key_groups() -> None:
+    chains = offload_chains(get_query("q3").plan(QueryParams()))
+    assert [(c.entity, c.node_ids, c.kind, c.keyed_op, c.keys) for c in chains] == [
+        ("person", ("filter1", "map2", "key_by3"), KEYED, "window_join8", ("id",)),
+        ("auction", ("filter5", "map6", "key_by7"), KEYED, "window_join8", ("seller",)),
+    ]
 
 
 def test_a_keyed_stage_with_a_workers_step_takes_its_inputs_whole_key_groups() -> None:
-    for query in ("q4", "q6"):
+    for query, fused in (("q4", ("key_by7", "window_aggregate8")), ("q6", ())):
         chains = offload_chains(get_query(query).plan(QueryParams()))
         assert [(c.entity, c.node_ids, c.kind, c.keyed_op, c.keys) for c in chains] == [
             ("auction", ("map1", "key_by2"), KEYED, "winner_at_close6", ("id",)),
             ("bid", ("map4", "key_by5"), KEYED, "winner_at_close6", ("auction",)),
         ]
-        assert all(c.merges_at == "winner_at_close6" for c in chains)
+        assert all(c.merges_at == "winner_at_close6" and c.fused == fused for c in chains)
 
 
 def test_a_join_with_a_condition_is_not_counted_from_sides() -> None:

@@ -138,7 +138,7 @@ def test_queries_on_transform_with_state_take_the_rocksdb_store_while_the_others
         plan = info.plan(params)
         assert bool(_fusions(plan)) == (name == "q5"), name
         assert bool(join_counts(plan)) == (name == "q8"), name
-        on_tws = name in ("q4", "q5", "q6", "q7", "q8")  # fused, deciding at a close, keeping records
+        on_tws = name in ("q3", "q4", "q5", "q6", "q7", "q8")  # fused, keyed, or keeping records
         assert state_store_for(plan) == (ROCKSDB_STATE_STORE if on_tws else HDFS_STATE_STORE), name
 
 
