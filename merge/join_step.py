@@ -20,7 +20,7 @@ from core.expr import Expr
 from core.expr_polars import to_polars
 from core.plan import WindowJoin
 from merge.keyed_groups import Frames
-from merge.keyed_step import SIDE, Stepped, key_column
+from merge.keyed_step import SIDE, Stepped, key_column, stacked
 
 LEFTS, RIGHTS = "lefts", "rights"
 NAMES = (LEFTS, RIGHTS)
@@ -57,7 +57,7 @@ class JoinStep:
         lefts = new.filter(pl.col(SIDE) == 0).select(*keys, *self.left).drop_nulls(keys)
         rights = new.filter(pl.col(SIDE) == 1).select(*keys, *self.right).drop_nulls(keys)
         old_lefts, old_rights = state.get(LEFTS), state.get(RIGHTS)
-        all_rights = _stacked([old_rights, rights])
+        all_rights = stacked([old_rights, rights])
         pairs = []
         if lefts.height and all_rights is not None:
             pairs.append(lefts.join(all_rights, on=keys, how="inner"))
@@ -68,7 +68,7 @@ class JoinStep:
             out = pl.concat(pairs, how="vertical_relaxed").select(*self.left, *self.right)
             if self.condition is not None:
                 out = out.filter(to_polars(self.condition))
-        kept = {LEFTS: _stacked([old_lefts, lefts]), RIGHTS: all_rights}
+        kept = {LEFTS: stacked([old_lefts, lefts]), RIGHTS: all_rights}
         return Stepped(kept, out, None, out.height if out is not None else 0)
 
     def expire(self, state: Frames, watermark_ms: int) -> Stepped:
@@ -79,18 +79,7 @@ class JoinStep:
         return None
 
     def joined(self, *states: Frames) -> Frames:
-        return {name: _stacked([s.get(name) for s in states]) for name in NAMES}
+        return {name: stacked([s.get(name) for s in states]) for name in NAMES}
 
     def next_due_ms(self, state: Frames) -> int | None:
         return None
-
-
-def _stacked(frames: list[pl.DataFrame | None]) -> pl.DataFrame | None:
-    """The frames as one, columns in the first's order; None when there are none."""
-    present = [f for f in frames if f is not None]
-    if not present:
-        return None
-    if len(present) == 1:
-        return present[0]
-    first = present[0]
-    return pl.concat([first, *(f.select(first.columns) for f in present[1:])], how="vertical_relaxed")

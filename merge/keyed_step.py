@@ -10,6 +10,7 @@ generic, because every frame of a keyed state carries the key columns.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -65,6 +66,17 @@ class KeyedStep(Protocol):
         ...
 
     def next_due_ms(self, state: Frames) -> int | None: ...
+
+
+def stacked(frames: Sequence[pl.DataFrame | None]) -> pl.DataFrame | None:
+    """Frames of one state's name as one, columns in the first's order; None when there are none."""
+    present = [f for f in frames if f is not None]
+    if not present:
+        return None
+    if len(present) == 1:
+        return present[0]
+    first = present[0]
+    return pl.concat([first, *(f.select(first.columns) for f in present[1:])], how="vertical_relaxed")
 
 
 def keys_of(step: KeyedStep, state: Frames) -> pl.DataFrame | None:

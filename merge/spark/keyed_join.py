@@ -30,5 +30,5 @@ def keyed_join(
     """`op` over its two inputs: each pair once, the left's columns then the right's."""
     out = StructType([*left.schema.fields, *right.schema.fields])
     step = JoinStep.of(op, left.columns, right.columns)
-    keyed = KeyedOperator(step, NAMES, op.left_keys, op.right_keys, out, None)
+    keyed = KeyedOperator(step, NAMES, op.left_keys, op.right_keys, out, timers=False)
     return keyed_operator(left, right, keyed, receipts, service)

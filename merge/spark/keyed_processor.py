@@ -153,45 +153,50 @@ def _receipts(
 
 @dataclass(frozen=True)
 class KeyedOperator:
-    """How Spark runs one keyed operator: its step, its state's frame names, its inputs' keys, its
-    output, and the output column whose event time follows the watermark (None: no timers)."""
+    """How Spark runs one keyed operator: its step, its state's frame names, its inputs' keys (one
+    input: no right keys), its output, whether it sets event-time timers, and the output column
+    whose event time follows the watermark (None: none does)."""
 
     step: KeyedStep
     state_names: tuple[str, ...]
     left_keys: tuple[str, ...]
     right_keys: tuple[str, ...]
     output: StructType
-    event_time: str | None
+    timers: bool
+    event_time: str | None = None
 
 
-def timestamp_columns(left: DataFrame, right: DataFrame) -> set[str]:
-    return {
-        f.name for f in (*left.schema.fields, *right.schema.fields) if isinstance(f.dataType, TimestampType)
-    }
+def timestamp_columns(*inputs: DataFrame) -> set[str]:
+    return {f.name for df in inputs for f in df.schema.fields if isinstance(f.dataType, TimestampType)}
 
 
 def keyed_operator(
     left: DataFrame,
-    right: DataFrame,
+    right: DataFrame | None,
     op: KeyedOperator,
     receipts: Mapping[str, DataFrame] | None = None,
     service: SealService | None = None,
 ) -> DataFrame:
-    """`op` over its two inputs. With `receipts` (by entity) and `service`, the key groups workers
-    hold run there (ADR 0024)."""
+    """`op` over its one or two inputs. With `service`, the key groups workers hold run there: those
+    of a stage fed by sources arrive as `receipts` (by entity, ADR 0024), those of a stage fed by
+    another operator are the plan's (ADR 0028)."""
     buckets = int(left.sparkSession.conf.get("spark.sql.shuffle.partitions") or "1")
-    both = _staged(left, 0, op.left_keys, right.schema).unionByName(
-        _staged(right, 1, op.right_keys, left.schema)
-    )
+    if right is None:
+        both = _staged(left, 0, op.left_keys, StructType([]))
+    else:
+        both = _staged(left, 0, op.left_keys, right.schema).unionByName(
+            _staged(right, 1, op.right_keys, left.schema)
+        )
     for entity, df in (receipts or {}).items():
+        assert right is not None
         both = both.unionByName(_receipts(df, entity, left, right, op.left_keys))
     both = both.withColumn(_BUCKET, F.pmod(F.col(GROUP), F.lit(buckets)))
-    stamps = sorted(timestamp_columns(left, right))
-    processor = KeyedProcessor(op.step, stamps, list(op.state_names), service if receipts else None)
+    stamps = sorted(timestamp_columns(left, *([right] if right is not None else [])))
+    processor = KeyedProcessor(op.step, stamps, list(op.state_names), service)
     return both.groupBy(_BUCKET).transformWithStateInPandas(
         statefulProcessor=processor,
         outputStructType=op.output,
         outputMode="Append",
-        timeMode="EventTime" if op.event_time else "None",
+        timeMode="EventTime" if op.timers else "None",
         eventTimeColumnName=op.event_time or "",
     )
