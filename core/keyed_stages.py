@@ -35,9 +35,12 @@ _KEYED = (WindowJoin, WinnerAtClose, LatestAggregate)
 
 
 def stepped(op: Operator) -> bool:
-    """Whether a worker can run `op`'s step (merge/winner.py, merge/join_step.py): the keyed stages
-    that leave the VM. A windowed join leaves by its sides' counts instead (core/fusions.py)."""
-    return isinstance(op, WinnerAtClose) or (isinstance(op, WindowJoin) and op.window is None)
+    """Whether a worker can run `op`'s step (merge/winner.py, merge/join_step.py,
+    merge/latest_step.py): the keyed operators that leave the VM. A windowed join leaves by its sides'
+    counts instead (core/fusions.py)."""
+    return isinstance(op, WinnerAtClose | LatestAggregate) or (
+        isinstance(op, WindowJoin) and op.window is None
+    )
 
 
 @dataclass(frozen=True)
@@ -104,3 +107,13 @@ def keyed_stages(plan: LogicalPlan) -> list[KeyedStage]:
         else:
             stages.append(KeyedStage(node.id, tuple(inputs)))
     return stages
+
+
+def plan_routed(plan: LogicalPlan) -> list[str]:
+    """The keyed operators a worker can step whose inputs are not sources' keyed chains (Q6's running
+    average, fed by the winners): their rows reach them through the VM, and the current plan's key
+    groups say which groups run on workers (ADR 0028)."""
+    traced = {s.op_id for s in keyed_stages(plan)}
+    return [
+        n.id for n in plan.nodes if stepped(n.op) and n.id not in traced and len(plan.in_edges(n.id)) == 1
+    ]

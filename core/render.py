@@ -5,9 +5,9 @@ from __future__ import annotations
 from rich.console import Group
 from rich.text import Text
 
-from core.keyed_stages import KeyedStage
+from core.keyed_stages import KeyedStage, plan_routed
 from core.offload_chains import OffloadChain
-from core.plan import LogicalPlan
+from core.plan import LatestAggregate, LogicalPlan
 from core.rewrite import Kind, RewrittenPlan
 
 _ARROW = {"one_to_one": "──▶", "shuffle": "═╬▶", "broadcast": "═*▶"}
@@ -70,8 +70,13 @@ def render_chains(plan: LogicalPlan, chains: list[OffloadChain], stages: list[Ke
         nodes += f" (with {', '.join(c.fused)})" if c.fused else ""
         how = _CHAIN_KIND[c.kind] + (f" {c.entity}.{'+'.join(c.keys)}" if c.keys else "")
         lines.append(Text(f"  {c.entity:<8} {nodes}: {how}"))
+    routed = plan_routed(plan)
+    for op_id in routed:
+        op = plan.node(op_id).op
+        keys = "+".join(op.keys) if isinstance(op, LatestAggregate) else "key"
+        lines.append(Text(f"  {'':<8} {op_id}: workers run the plan's key groups of it, by its {keys}"))
     keyed = {s.op_id: s for s in stages}
-    moved = {n for c in chains for n in (*c.node_ids, *c.fused, c.keyed_op)}
+    moved = {n for c in chains for n in (*c.node_ids, *c.fused, c.keyed_op)} | set(routed)
     on_vm = []
     for n in plan.nodes:
         if n.op.stateful and n.id not in moved:

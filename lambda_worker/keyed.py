@@ -20,12 +20,13 @@ from core.arrow_types import ARROW_TYPES
 from core.errors import PlanError
 from core.expr import DType
 from core.fusions import closed_aggregates
-from core.keyed_stages import keyed_stages, stepped
-from core.plan import LogicalPlan, WindowAggregate, WindowJoin, WinnerAtClose
+from core.keyed_stages import keyed_stages, plan_routed, stepped
+from core.plan import LatestAggregate, LogicalPlan, WindowAggregate, WindowJoin, WinnerAtClose
 from lambda_worker.transient import TransientProgram
 from merge.join_step import JoinStep
 from merge.keyed_groups import GROUP, Frames, groups_of, read_request, seal_answer
 from merge.keyed_step import SIDE, KeyedStep, key_column, keys_of, select
+from merge.latest_step import LatestStep
 from merge.winner import WinnerSpec
 
 _CUT = "sponge_cut"  # a state row's key group while the state is cut by group
@@ -53,30 +54,38 @@ class KeyedProgram:
 
     @classmethod
     def from_plan(cls, plan: LogicalPlan, node_id: str) -> KeyedProgram:
+        """The step of keyed operator `node_id`: fed by sources' keyed chains (whose stateless prefixes
+        the worker runs first), or through the VM (a stage of the plan's key groups: no prefix)."""
         op = plan.node(node_id).op
         stage = next((s for s in keyed_stages(plan) if s.op_id == node_id), None)
-        if not isinstance(op, WinnerAtClose | WindowJoin) or not stepped(op) or stage is None:
-            hint = "winner_at_close and unwindowed joins have one"
+        if not stepped(op) or (stage is None and node_id not in plan_routed(plan)):
+            hint = "winner_at_close, unwindowed joins and latest_aggregate have one"
             raise PlanError(f"{op.kind} {node_id!r} has no keyed step", hint=hint)
-        left, right = (plan.schemas.get(e.src) for e in plan.in_edges(node_id))
-        if left is None or right is None:
+        schemas = [plan.schemas.get(e.src) for e in sorted(plan.in_edges(node_id), key=lambda e: e.port)]
+        if any(schema is None for schema in schemas):
             raise PlanError(f"plan {plan.name!r} carries no schemas", hint="build it with the query builder")
+        left, right = schemas[0] or {}, (schemas[1] if len(schemas) > 1 else None) or {}
+        stamps = {c for c, t in (*left.items(), *right.items()) if t == DType.TIMESTAMP}
         fused = closed_aggregates(plan).get(node_id, ())
         spec: KeyedStep
         if isinstance(op, WindowJoin):
-            spec = JoinStep.of(op, list(left), list(right))
+            spec, keys = JoinStep.of(op, list(left), list(right)), (op.left_keys, op.right_keys)
+        elif isinstance(op, LatestAggregate):
+            spec, keys = LatestStep.of(op, stamps), (op.keys, ())
         else:
-            stamps = {c for c, t in (*left.items(), *right.items()) if t == DType.TIMESTAMP}
+            assert isinstance(op, WinnerAtClose)
             then = plan.node(fused[-1]).op if fused else None
             assert then is None or isinstance(then, WindowAggregate)
-            spec = WinnerSpec.of(op, list(left), list(right), stamps, then)
-        keys = (op.left_keys, op.right_keys)
+            spec, keys = (
+                WinnerSpec.of(op, list(left), list(right), stamps, then),
+                (op.left_keys, op.right_keys),
+            )
         inputs = tuple(
             _Input(i.entity, TransientProgram.from_plan(plan, i.node_ids), keys[i.port], i.keys)
-            for i in stage.inputs
+            for i in (stage.inputs if stage is not None else ())
         )
         arrow = {c: ARROW_TYPES[t] for c, t in (*left.items(), *right.items())}
-        arrow |= {SIDE: pa.int32(), **{key_column(i): arrow[k] for i, k in enumerate(op.left_keys)}}
+        arrow |= {SIDE: pa.int32(), **{key_column(i): arrow[k] for i, k in enumerate(keys[0])}}
         types = {c: pl.from_arrow(pa.array([], t)).dtype for c, t in arrow.items()}  # type: ignore[union-attr]
         return cls(plan.name, node_id, spec, inputs, types, (tuple(left), tuple(right)), fused)
 
@@ -141,9 +150,11 @@ class KeyedProgram:
         return keys.height if keys is not None else 0
 
     def records_in(self, data: pa.Table) -> int:
-        """The records a seal carries: the stashed ones and the VM's, not the group's state."""
-        _, parts, forwarded, _ = read_request(data)
-        return sum(f.height for f in parts.values()) + (forwarded.height if forwarded is not None else 0)
+        """The routed records a seal carries: the stashed ones. The VM's rows it forwards (a stage
+        fed through the VM, a group switched mid-batch) were not routed, and the group's state is no
+        record: `operators_offloaded` counts what the operator ran over."""
+        _, parts, _, _ = read_request(data)
+        return sum(f.height for f in parts.values())
 
     def run_table(self, data: pa.Table, counts: dict[str, int] | None = None) -> pa.Table:
         """One seal: the packed request in, the packed answer out. The records count for the prefix

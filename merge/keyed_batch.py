@@ -61,6 +61,10 @@ class SealService(Protocol):
 
     def hand_back(self, group: int, version: int) -> dict[str, pl.DataFrame | None]: ...
 
+    def owned(self) -> frozenset[int]:
+        """The key groups the current plan gives the workers (for a stage fed through the VM)."""
+        ...
+
 
 @dataclass(frozen=True)
 class Batch:
@@ -81,14 +85,19 @@ def run_batch(
     held: Mapping[int, GroupState],
     new: pl.DataFrame | None,
     watermark_ms: int,
+    owned: frozenset[int] = frozenset(),
 ) -> Batch:
-    """One batch: `new` holds the VM's rows (`spec.columns`, `GROUP`) and receipts (RECEIPT_SIDE)."""
+    """One batch: `new` holds the VM's rows (`spec.columns`, `GROUP`) and receipts (RECEIPT_SIDE);
+    `owned`, the groups the plan gives the workers of a stage fed through the VM (merge/keyed_groups.py
+    `decide`)."""
     local = new.filter(pl.col(SIDE) != RECEIPT_SIDE) if new is not None else None
     outs: list[pl.DataFrame] = []
     groups = dict(held)
     if service is not None:
         receipts = new.filter(pl.col(SIDE) == RECEIPT_SIDE) if new is not None else None
-        local, vm = _groups_elsewhere(spec, service, fetch, local, receipts, vm, groups, watermark_ms, outs)
+        local, vm = _groups_elsewhere(
+            spec, service, fetch, local, receipts, vm, groups, watermark_ms, outs, owned
+        )
     if local is not None:
         decided = spec.step(vm, local.select(spec.columns), watermark_ms)
     else:
@@ -111,6 +120,7 @@ def _groups_elsewhere(
     held: dict[int, GroupState],
     watermark_ms: int,
     outs: list[pl.DataFrame],
+    owned: frozenset[int],
 ) -> tuple[pl.DataFrame | None, Frames]:
     """Carry out each group's decision but the VM's own step; return the rows and state left to it.
     The seals of different groups are independent and run at once (DRRS's subscales)."""
@@ -123,7 +133,7 @@ def _groups_elsewhere(
     sealing = []
     for g in sorted(local_groups | set(refs) | due):
         st = held.get(g, GroupState())
-        d = decide(st, g in local_groups, g in refs, watermark_ms)
+        d = decide(st, g in local_groups, g in refs, watermark_ms, g in owned)
         if d.where is Where.WORKERS:
             forwarded = None
             if d.forward and local is not None:

@@ -71,9 +71,13 @@ class Decision:
     forward: bool = False  # send the VM's rows of the batch with the seal
 
 
-def decide(group: GroupState, local_rows: bool, stashed: bool, watermark_ms: int) -> Decision:
-    """Where the group runs in a batch that brought `local_rows` to the VM and `stashed` to the agent."""
-    if stashed:
+def decide(
+    group: GroupState, local_rows: bool, stashed: bool, watermark_ms: int, owned: bool = False
+) -> Decision:
+    """Where the group runs in a batch that brought `local_rows` to the VM and `stashed` to the agent.
+    `owned`: the plan gives the group to the workers, for a stage whose rows all reach the VM (its
+    input is another operator's output, not a source's: ADR 0028); the VM forwards them."""
+    if stashed or (owned and local_rows):
         return Decision(Where.WORKERS, move_in=not group.on_workers, forward=local_rows)
     if local_rows:
         return Decision(Where.VM, hand_back=group.on_workers)

@@ -1,6 +1,6 @@
 """The VM processor's handle on the agent for a keyed stage: seal a group's batch, take a group back.
 
-Why a small picklable object: the processor (merge/spark/winner_at_close.py) is shipped to Spark's
+Why a small picklable object: the processor (merge/spark/keyed_processor.py) is shipped to Spark's
 Python workers, and merge/ may not import the router (ADR 0018), so it is handed this object, which
 only names the agent and the operator, and opens one client per process on first use.
 """
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 
 import polars as pl
 import pyarrow as pa
@@ -18,6 +19,7 @@ from merge.frames import pack, unpack
 from merge.keyed_batch import Fetch, Part
 from merge.keyed_groups import Frames, read_groups_answer
 from router.client import AgentClient, shared_client
+from router.routing_log import read_current_plan
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,7 @@ class AgentSealService:
     secret_file: str
     program: str  # the keyed operator's ProgramSpec JSON
     fetch: Fetch = Fetch.LAZY
+    plans: str = ""  # the run's offload directory, whose current plan names the workers' key groups
     timeout_s: float = 600.0
 
     @cached_property
@@ -59,6 +62,11 @@ class AgentSealService:
             watermark_ms,
         )
         return read_groups_answer(answer)
+
+    def owned(self) -> frozenset[int]:
+        """The key groups the current plan gives the workers: read at each batch, as the router reads
+        it for the sources' offsets (ADR 0028)."""
+        return read_current_plan(Path(self.plans)).key_groups if self.plans else frozenset()
 
     def hand_back(self, group: int, version: int) -> dict[str, pl.DataFrame | None]:
         table: pa.Table = self._client().hand_back(self._spec, group, version)

@@ -31,7 +31,7 @@ from pyspark.sql import functions as F
 
 from core.errors import PlanError
 from core.fusions import closed_aggregates, join_counts, keyed_pairs
-from core.keyed_stages import stepped
+from core.keyed_stages import plan_routed, stepped
 from core.offload_chains import KEYED, PARTIAL, ROWS, SIDE_COUNTS, OffloadChain
 from core.plan import (
     WINDOW,
@@ -85,7 +85,7 @@ def _arg(call: AggCall) -> Column | None:
     return to_spark(call.arg) if call.arg is not None else None
 
 
-def _args(op: WindowAggregate) -> dict[str, Column | None]:
+def _args(op: WindowAggregate | LatestAggregate) -> dict[str, Column | None]:
     return {a.out: _arg(a) for a in op.aggs}
 
 
@@ -234,7 +234,7 @@ def apply_operator(op: Operator, inputs: list[DataFrame], sources: SourceFactory
     if isinstance(op, WinnerAtClose):
         return winner_at_close(df, inputs[1], op)
     if isinstance(op, LatestAggregate):
-        return latest_aggregate(df, op, {a.out: _arg(a) for a in op.aggs})
+        return latest_aggregate(df, op, _args(op))
     if isinstance(op, TopK):
         return _top_k(df, op)
     if isinstance(op, FlatMap):
@@ -359,6 +359,7 @@ def lower_rewritten(
     for c in chains:
         ends.setdefault(c.merges_at, []).append(c)
     fusion = _Fusion(plan.logical)
+    routed = set(plan_routed(plan.logical))
     if chains and offloaded is None:
         raise PlanError("offload chains given without the stream of the workers' results")
 
@@ -385,6 +386,9 @@ def lower_rewritten(
             elif partials:
                 assert isinstance(op, WindowAggregate) and len(ending) == 1
                 df = merge_aggregate(ins[0], partials[0], op, partials_only=node_id in fusion.aggregates)
+            elif chains and node_id in routed:
+                assert isinstance(op, LatestAggregate) and seal_service is not None
+                df = latest_aggregate(ins[0], op, _args(op), seal_service(node_id))
             else:
                 side_counts = [results[c] for c in ending if c.kind == SIDE_COUNTS]
                 df = fusion.lower(node_id, op, ins, sources, side_counts)

@@ -253,7 +253,7 @@ class OffloadSession:
 
         spec = ProgramSpec(self.query, (op_id,), self.params.window_size_s, self.params.window_slide_s)
         return AgentSealService(
-            self.agent.address, str(self.secret_file), spec.dumps(), Fetch(self.config.fetch)
+            self.agent.address, str(self.secret_file), spec.dumps(), Fetch(self.config.fetch), str(self.dir)
         )
 
     def offloaded(self, spark: Any, run_config: Any, pace_origin: float) -> Callable[[OffloadChain], Any]:

@@ -44,11 +44,17 @@ class KeyedProcessor(StatefulProcessor):
     which groups workers hold."""
 
     def __init__(
-        self, step: KeyedStep, timestamps: list[str], names: list[str], service: SealService | None
+        self,
+        step: KeyedStep,
+        timestamps: list[str],
+        names: list[str],
+        service: SealService | None,
+        by_plan: bool = False,
     ) -> None:
         self.step = step
         self.timestamps = timestamps
         self.service = service
+        self.by_plan = by_plan
         self.names = [*step.columns, GROUP, *RECEIPT]
         self.state_names = names
 
@@ -73,7 +79,8 @@ class KeyedProcessor(StatefulProcessor):
         vm = {name: value.get() for name, value in self.frames.items()}
         held = self._held() if self.service is not None else {}
         fetch = self.service.fetch if self.service is not None else Fetch.LAZY
-        batch = run_batch(self.step, self.service, fetch, vm, held, new, watermark_ms)
+        owned = self.service.owned() if self.service is not None and self.by_plan else frozenset()
+        batch = run_batch(self.step, self.service, fetch, vm, held, new, watermark_ms, owned)
         for name, value in self.frames.items():
             frame = batch.state.get(name)
             if frame is not None:
@@ -164,6 +171,7 @@ class KeyedOperator:
     output: StructType
     timers: bool
     event_time: str | None = None
+    by_plan: bool = False  # fed through the VM: the plan's key groups run on workers (ADR 0028)
 
 
 def timestamp_columns(*inputs: DataFrame) -> set[str]:
@@ -192,7 +200,7 @@ def keyed_operator(
         both = both.unionByName(_receipts(df, entity, left, right, op.left_keys))
     both = both.withColumn(_BUCKET, F.pmod(F.col(GROUP), F.lit(buckets)))
     stamps = sorted(timestamp_columns(left, *([right] if right is not None else [])))
-    processor = KeyedProcessor(op.step, stamps, list(op.state_names), service)
+    processor = KeyedProcessor(op.step, stamps, list(op.state_names), service, op.by_plan)
     return both.groupBy(_BUCKET).transformWithStateInPandas(
         statefulProcessor=processor,
         outputStructType=op.output,

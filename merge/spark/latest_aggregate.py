@@ -35,5 +35,5 @@ def latest_aggregate(
         *[finished(a, args[a.out], from_records=True) for a in op.aggs]
     )
     out = StructType([like.schema[c] for c in step.out_columns])
-    keyed = KeyedOperator(step, NAMES, op.keys, (), out, timers=True)
+    keyed = KeyedOperator(step, NAMES, op.keys, (), out, timers=True, by_plan=True)
     return keyed_operator(df.select(*step.read), None, keyed, service=service)

@@ -14,6 +14,7 @@ import pytest
 from core.direct_sink import OFFLOADED_DIR
 from core.fault_schedule import random_schedule
 from core.fault_spec import KINDS, TASK_FAILURE, parse_all
+from core.keyed_stages import plan_routed
 from core.nexmark.generator import GeneratorConfig
 from core.nexmark.params import QueryParams
 from core.nexmark.queries import QUERIES, get_query
@@ -94,9 +95,11 @@ def test_offloaded_output_equals_reference(
         # Per node, the workers' records: every node of the chains (and of the pairs or keyed stages
         # they reach) ran some, and each worker's chunk entered its chain at the first node, so those
         # add up to the records offloaded.
-        chains = offload_chains(get_query(query).plan(PARAMS))
+        plan = get_query(query).plan(PARAMS)
+        chains = offload_chains(plan)
         per_node = summary["operators_offloaded"]
         want = {n for c in chains for n in (*c.node_ids, *c.fused, *([c.keyed_op] if c.keyed_op else []))}
+        want |= set(plan_routed(plan))  # fed through the VM: workers step the plan's key groups
         assert set(per_node) == want, per_node
         assert all(n > 0 for n in per_node.values()), per_node
         assert sum(per_node.get(c.node_ids[0], 0) for c in chains) == summary["records_offloaded"], per_node
