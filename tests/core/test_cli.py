@@ -62,7 +62,9 @@ def test_compile_says_what_a_burst_moves_to_workers_and_what_stays() -> None:
     fused = "winner_at_close6 (with key_by7, window_aggregate8)"
     assert f"bid      map4 ─ key_by5 ─ {fused}: workers run whole key groups of it, by bid.auction" in q4
     assert "stays on the VM: no stateful operator" in q4
-    assert "stays on the VM: latest_aggregate8" in sponge("compile", "q6").stdout
+    q6 = sponge("compile", "q6").stdout
+    assert "latest_aggregate8: workers run the plan's key groups of it, by its seller" in q6
+    assert "stays on the VM: no stateful operator" in q6
     q3 = sponge("compile", "q3").stdout
     assert "window_join8: workers run whole key groups of it, by auction.seller" in q3
     assert "stays on the VM: no stateful operator" in q3
