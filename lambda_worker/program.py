@@ -20,8 +20,9 @@ from lambda_worker.transient import TransientProgram, base_node_id
 
 if TYPE_CHECKING:
     from lambda_worker.keyed import KeyedProgram
+    from lambda_worker.rank import RankProgram
 
-    Program = TransientProgram | KeyedProgram
+    Program = TransientProgram | KeyedProgram | RankProgram
 
 _FIELDS = {"query", "params", "node_ids"}
 _PARAMS = {"window_size_s", "window_slide_s"}
@@ -88,16 +89,22 @@ class ProgramSpec:
             raise ConfigError(f"program spec is not valid JSON: {e}") from None
 
     def compile(self) -> Program:
-        """A chain of transient operators, or a keyed operator's step when the spec names one alone."""
+        """A chain of transient operators; or, when the spec names one node alone, a keyed
+        operator's step or a fused top-k's ranking."""
         from core.keyed_stages import stepped
         from core.nexmark.params import QueryParams
         from core.nexmark.queries import get_query
         from lambda_worker.keyed import KeyedProgram
+        from lambda_worker.rank import RankProgram
+        from merge.sliding_top_k import fused_top_ks
 
         plan = get_query(self.query).plan(QueryParams(self.window_size_s, self.window_slide_s))
         (first, *rest) = self.node_ids
-        if not rest and first in {n.id for n in plan.nodes} and stepped(plan.node(first).op):
-            return KeyedProgram.from_plan(plan, first)
+        if not rest and first in {n.id for n in plan.nodes}:
+            if stepped(plan.node(first).op):
+                return KeyedProgram.from_plan(plan, first)
+            if first in fused_top_ks(plan):
+                return RankProgram.from_plan(plan, first)
         return TransientProgram.from_plan(plan, self.node_ids)
 
 

@@ -30,7 +30,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from core.errors import PlanError
-from core.fusions import closed_aggregates, join_counts, keyed_pairs
+from core.fusions import closed_aggregates, join_counts
 from core.keyed_stages import plan_routed, stepped
 from core.offload_chains import KEYED, PARTIAL, ROWS, SIDE_COUNTS, OffloadChain
 from core.plan import (
@@ -55,10 +55,11 @@ from core.rewrite import Kind, Placement, RewrittenPlan
 from core.spark.expr_spark import to_spark
 from core.spark.session import HDFS_STATE_STORE, ROCKSDB_STATE_STORE
 from merge.algebra import check_pane_mergeable
+from merge.sliding_top_k import fused_top_ks
 from merge.spark import column_fold, partial_form, window_fold, window_join_count
 from merge.spark.keyed_join import keyed_join
 from merge.spark.latest_aggregate import latest_aggregate
-from merge.spark.sliding_top_k import fold_per_task, fusable, sliding_top_k
+from merge.spark.sliding_top_k import fold_per_task, sliding_top_k
 from merge.spark.winner_at_close import winner_at_close
 
 SourceFactory = Callable[[Source], DataFrame]
@@ -249,14 +250,7 @@ def apply_operator(op: Operator, inputs: list[DataFrame], sources: SourceFactory
 
 def _fusions(plan: LogicalPlan) -> dict[str, str]:
     """Sliding aggregate -> the top-k it alone feeds through one key_by: pairs sliding_top_k runs."""
-    return {
-        agg_id: top_id
-        for agg_id, agg, key, top_id, top in keyed_pairs(plan)
-        if isinstance(agg, WindowAggregate)
-        and isinstance(top, TopK)
-        and key.keys == top.partition_by
-        and fusable(agg, top)
-    }
+    return {agg_id: top_id for top_id, (agg_id, _, _) in fused_top_ks(plan).items()}
 
 
 def needs_rocksdb(plan: LogicalPlan) -> bool:
@@ -303,8 +297,10 @@ class _Fusion:
         ins: list[DataFrame],
         sources: SourceFactory,
         workers: Sequence[DataFrame] = (),
+        rank_service: Callable[[str], Any] | None = None,
     ) -> DataFrame:
-        """`op` over `ins`; a fused join also counts the `workers`' side counts."""
+        """`op` over `ins`; a fused join also counts the `workers`' side counts, and with
+        `rank_service` a fused top-k has workers rank its closed windows during a burst."""
         if node_id in self.joins:
             assert isinstance(op, WindowJoin)
             agg = self.joins[node_id]
@@ -327,7 +323,8 @@ class _Fusion:
             agg = self.tops[node_id]
             assert isinstance(agg, WindowAggregate)
             window_like = _windows(_panes(ins[0], agg, partial=True), agg)
-            return sliding_top_k(ins[0], agg, op, window_like=window_like)
+            ranker = rank_service(node_id) if rank_service is not None else None
+            return sliding_top_k(ins[0], agg, op, window_like=window_like, ranker=ranker)
         return apply_operator(op, ins, sources)
 
 
@@ -340,6 +337,7 @@ def lower_rewritten(
     chains: tuple[OffloadChain, ...] = (),
     offloaded: OffloadedFactory | None = None,
     seal_service: Callable[[str], Any] | None = None,
+    rank_service: Callable[[str], Any] | None = None,
 ) -> dict[str, DataFrame]:
     """Lower the VM side of a rewritten plan; returns the DataFrame of every sink by sink name.
 
@@ -347,7 +345,9 @@ def lower_rewritten(
     the stream of what the workers returned for the other share: the chain's last node merges the
     two (a union of rows, an aggregate over both in partial form, or a fused join count over the
     VM's rows and the workers' side counts). A keyed chain's stream is receipts of stashed records,
-    which its operator's processor seals through `seal_service(op_id)` (ADR 0024). Without chains,
+    which its operator's processor seals through `seal_service(op_id)` (ADR 0024); a stage fed
+    through the VM seals the plan's key groups the same way (ADR 0028), and a fused top-k has
+    workers rank its closed windows through `rank_service(op_id)` (ADR 0029). Without chains,
     routers and merges are inactive and lower to the identity.
     """
     frames: dict[str, DataFrame] = {}
@@ -391,7 +391,7 @@ def lower_rewritten(
                 df = latest_aggregate(ins[0], op, _args(op), seal_service(node_id))
             else:
                 side_counts = [results[c] for c in ending if c.kind == SIDE_COUNTS]
-                df = fusion.lower(node_id, op, ins, sources, side_counts)
+                df = fusion.lower(node_id, op, ins, sources, side_counts, rank_service if chains else None)
             for chain in ending:
                 if chain.kind == ROWS:
                     df = df.unionByName(partial_form.align(results[chain], df))

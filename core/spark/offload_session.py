@@ -256,6 +256,19 @@ class OffloadSession:
             self.agent.address, str(self.secret_file), spec.dumps(), Fetch(self.config.fetch), str(self.dir)
         )
 
+    def rank_service(self, op_id: str) -> Any:
+        """What a fused top-k's VM processor calls to have workers rank a closed window (ADR 0029)."""
+        from core.nexmark.queries import get_query
+        from lambda_worker.program import ProgramSpec
+        from merge.sliding_top_k import fused_top_ks
+        from router.rank_service import AgentRankService
+
+        _, agg, _ = fused_top_ks(get_query(self.query).plan(self.params))[op_id]
+        spec = ProgramSpec(self.query, (op_id,), self.params.window_size_s, self.params.window_slide_s)
+        return AgentRankService(
+            self.agent.address, str(self.secret_file), spec.dumps(), agg.keys, str(self.dir)
+        )
+
     def offloaded(self, spark: Any, run_config: Any, pace_origin: float) -> Callable[[OffloadChain], Any]:
         """The factory of the workers' result streams, one per chain (see core/spark/lower.py)."""
         from core.spark.streams import generated_stream, keep_alive

@@ -147,7 +147,9 @@ def _run_query(
         progress = session.watching_epochs(progress)
         sources = nexmark_sources(spark, config, started, session.local_routes(chains))
         offloaded = session.offloaded(spark, config, started)
-        sinks = lower_rewritten(rewritten, sources, chains, offloaded, session.seal_service)
+        sinks = lower_rewritten(
+            rewritten, sources, chains, offloaded, session.seal_service, session.rank_service
+        )
         n_sources += len(chains)  # each chain's source is read twice: the VM share and the workers' share
     (sink_df,) = sinks.values()
     if hooks is not None:

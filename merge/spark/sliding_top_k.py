@@ -19,7 +19,6 @@ timers are checkpointed with the epoch, and a replayed epoch re-sends the same r
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import pandas as pd
 import polars as pl
@@ -35,9 +34,8 @@ from pyspark.sql.streaming.stateful_processor import (
 )
 from pyspark.sql.types import StructField, StructType
 
-from core.plan import WINDOW, AggCall, TopK, WindowAggregate
-from merge import polars_fold
-from merge.algebra import kind_of
+from core.plan import WINDOW, TopK, WindowAggregate
+from merge.sliding_top_k import Ranker, SlidingTopK, fold_to_panes
 from merge.spark.window_blobs import WindowBlobs, input_rows
 
 # The operator's input is [_PANE_US, *values, group] and is read by position: the pandas hand-off
@@ -49,52 +47,13 @@ _GROUP = "sponge_group"  # the constant grouping key of an unpartitioned top-k
 _MS = 1000
 
 
-@dataclass(frozen=True)
-class SlidingTopK:
-    """What the processor needs to know, kept free of Spark objects so it pickles small."""
-
-    size_ms: int
-    slide_ms: int
-    keys: tuple[str, ...]  # the aggregate's keys
-    aggs: tuple[AggCall, ...]
-    k: int
-    by: str
-    columns: tuple[str, ...]  # the keys and partial columns, as they reach the processor
-
-    def window_ends(self, pane_ms: int) -> range:
-        """Ends of the windows that contain the pane starting at `pane_ms` (windows are slide-aligned)."""
-        return range(pane_ms + self.slide_ms, pane_ms + self.size_ms + 1, self.slide_ms)
-
-    def fold(self, partials: pl.DataFrame) -> pl.DataFrame:
-        """One partial row per key from any number (merge/spark/partial_form.py's partial form)."""
-        return polars_fold.fold(partials, self.keys, self.aggs, from_records=False)
-
-    def rank(self, panes: pl.DataFrame, end_ms: int) -> pl.DataFrame:
-        """The window ending at `end_ms` from its panes' partial rows: fold, then keep the top k.
-
-        Ties at the k-th value are kept and a null ranks last, as the native lowering does (lower._top_k).
-        """
-        folded = self.fold(panes).with_columns(*polars_fold.computed_finishes(self.aggs))
-        ranked = folded.get_column(self.by).sort(descending=True, nulls_last=True)
-        if ranked.len() == 0:
-            return folded
-        kth = ranked[min(self.k, ranked.len()) - 1]
-        kept = folded.filter(pl.col(self.by) >= kth) if kth is not None else folded.clear()
-        start = pl.lit(end_ms - self.size_ms, pl.Int64)
-        return kept.select(
-            (start * _MS).cast(pl.Datetime("us", "UTC")).alias("window_start"),
-            (pl.lit(end_ms, pl.Int64) * _MS).cast(pl.Datetime("us", "UTC")).alias("window_end"),
-            *self.keys,
-            *[a.out for a in self.aggs],
-        )
-
-
 class PaneProcessor(StatefulProcessor):
     """Folds a partition's rows into its panes, keeps each pane until no open window needs it, and
     ranks windows as they close."""
 
-    def __init__(self, spec: SlidingTopK) -> None:
+    def __init__(self, spec: SlidingTopK, ranker: Ranker | None = None) -> None:
         self.spec = spec
+        self.ranker = ranker
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
@@ -139,7 +98,9 @@ class PaneProcessor(StatefulProcessor):
             for p in inside:
                 if p not in loaded:
                     loaded[p] = self.panes.get(p)
-            out = self.spec.rank(pl.concat([loaded[p] for p in inside], how="vertical_relaxed"), end)
+            panes = pl.concat([loaded[p] for p in inside], how="vertical_relaxed")
+            ranked = self.ranker.ranked(panes, end) if self.ranker is not None else None
+            out = self.spec.rank(panes, end, ranked)
             if out.height:
                 yield out.to_pandas()
         done = ends[-1]
@@ -169,48 +130,24 @@ def fold_per_task(partials: DataFrame, agg: WindowAggregate) -> DataFrame:
     return partials.mapInArrow(fold, partials.schema)
 
 
-def fold_to_panes(rows: pl.DataFrame, agg: WindowAggregate) -> pl.DataFrame:
-    """Rows in partial form (the event-time column, the keys, the partial columns) folded into one
-    row per (pane, key), the event-time column set to the pane's start: fold_per_task's work."""
-    assert agg.window is not None
-    on = agg.window.on
-    pane = polars_fold.floor_to(pl.col(on).dt.epoch("us"), agg.window.slide_s * _MS * _MS)
-    rows = rows.with_columns(pane.alias(on))
-    folded = polars_fold.fold(rows, [on, *agg.keys], agg.aggs, from_records=False)
-    return folded.with_columns(pl.col(on).cast(pl.Datetime("us", "UTC")))
-
-
-def fusable(agg: WindowAggregate, top: TopK) -> bool:
-    """Whether `agg -> key_by(top.partition_by) -> top` can run as one operator over panes."""
-    return (
-        agg.window is not None
-        and not agg.window.tumbling
-        and all(kind_of(a).pane_mergeable for a in agg.aggs)
-        and top.with_ties
-        and set(top.partition_by) <= set(agg.keys)
-        and top.by in {a.out for a in agg.aggs}
-    )
-
-
-def sliding_top_k(partials: DataFrame, agg: WindowAggregate, top: TopK, window_like: DataFrame) -> DataFrame:
+def sliding_top_k(
+    partials: DataFrame,
+    agg: WindowAggregate,
+    top: TopK,
+    window_like: DataFrame,
+    ranker: Ranker | None = None,
+) -> DataFrame:
     """The top-k rows of every sliding window of `agg`, from rows in partial form: the event-time
     column, the keys and the partial columns of merge/spark/partial_form.py (a record's or the workers').
 
     `window_like` is the native window steps over the same rows (never run): the output takes its
-    columns and types, so the fused plan writes exactly what the unfused one would.
+    columns and types, so the fused plan writes exactly what the unfused one would. With `ranker`,
+    workers rank the closed windows' key groups while the plan offloads (ADR 0029).
     """
     assert agg.window is not None
     on = agg.window.on
     values = [c for c in partials.columns if c != on]
-    spec = SlidingTopK(
-        size_ms=agg.window.size_s * _MS,
-        slide_ms=agg.window.slide_s * _MS,
-        keys=agg.keys,
-        aggs=agg.aggs,
-        k=top.k,
-        by=top.by,
-        columns=tuple(values),
-    )
+    spec = SlidingTopK.of(agg, top, tuple(values))
     group: list[Column] = [F.col(k) for k in top.partition_by] or [F.lit(0).alias(_GROUP)]
     micros = F.unix_micros(F.col(on))
     staged = partials.select(
@@ -224,7 +161,7 @@ def sliding_top_k(partials: DataFrame, agg: WindowAggregate, top: TopK, window_l
         *[window_like.schema[c] for c in (*agg.keys, *[a.out for a in agg.aggs])],
     ]
     ranked = staged.groupBy(*(top.partition_by or (_GROUP,))).transformWithStateInPandas(
-        statefulProcessor=PaneProcessor(spec),
+        statefulProcessor=PaneProcessor(spec, ranker),
         outputStructType=StructType(out_fields),
         outputMode="Append",
         timeMode="EventTime",

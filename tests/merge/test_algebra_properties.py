@@ -27,7 +27,7 @@ from core.plan import AggCall, WindowAggregate, WindowJoin, WindowSpec
 from merge.algebra import KINDS
 from merge.join_count import JoinCount, JoinSide
 from merge.partials import finalize, merge_partials, partial_aggregate
-from merge.spark.sliding_top_k import SlidingTopK, fold_to_panes
+from merge.sliding_top_k import SlidingTopK, fold_to_panes
 from tests.merge.reference_semantics import brute_force
 
 pytestmark = pytest.mark.timeout(120)

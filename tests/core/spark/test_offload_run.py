@@ -24,6 +24,7 @@ from core.offload_chains import offload_chains
 from core.results import diff_results, read_results
 from core.spark.offload_session import OffloadConfig
 from core.spark.runner import RunConfig, run_query
+from merge.sliding_top_k import fused_top_ks
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -100,6 +101,7 @@ def test_offloaded_output_equals_reference(
         per_node = summary["operators_offloaded"]
         want = {n for c in chains for n in (*c.node_ids, *c.fused, *([c.keyed_op] if c.keyed_op else []))}
         want |= set(plan_routed(plan))  # fed through the VM: workers step the plan's key groups
+        want |= set(fused_top_ks(plan))  # workers rank the closed windows' key groups
         assert set(per_node) == want, per_node
         assert all(n > 0 for n in per_node.values()), per_node
         assert sum(per_node.get(c.node_ids[0], 0) for c in chains) == summary["records_offloaded"], per_node

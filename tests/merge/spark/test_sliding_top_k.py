@@ -18,7 +18,8 @@ from core.nexmark.queries import QUERIES
 from core.plan import AggCall, TopK, WindowAggregate, WindowSpec
 from core.spark.lower import _fusions, state_store_for
 from core.spark.session import HDFS_STATE_STORE, ROCKSDB_STATE_STORE
-from merge.spark.sliding_top_k import PaneProcessor, SlidingTopK, fusable
+from merge.sliding_top_k import SlidingTopK, fusable
+from merge.spark.sliding_top_k import PaneProcessor
 from tests.merge.spark.state_fakes import FakeHandle, run_epochs
 
 S = 1000  # ms
