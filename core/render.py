@@ -61,9 +61,12 @@ _CHAIN_KIND = {
 }
 
 
-def render_chains(plan: LogicalPlan, chains: list[OffloadChain], stages: list[KeyedStage]) -> Group:
-    """Which operators a burst moves to workers (each source's chain, core/offload_chains.py), and the
-    stateful ones that stay on the VM, with the source keys their state is partitioned by."""
+def render_chains(
+    plan: LogicalPlan, chains: list[OffloadChain], stages: list[KeyedStage], ranked: list[str]
+) -> Group:
+    """Which operators a burst moves to workers (each source's chain, core/offload_chains.py; the
+    keyed stages fed through the VM; the fused top-ks whose windows workers rank, `ranked`), and
+    the stateful ones that stay on the VM, with the source keys their state is partitioned by."""
     lines = [Text(f"{plan.name}: what runs on workers during a burst", style="bold underline")]
     for c in chains:
         nodes = " ─ ".join((*c.node_ids, *([c.keyed_op] if c.keyed_op else [])))
@@ -75,8 +78,10 @@ def render_chains(plan: LogicalPlan, chains: list[OffloadChain], stages: list[Ke
         op = plan.node(op_id).op
         keys = "+".join(op.keys) if isinstance(op, LatestAggregate) else "key"
         lines.append(Text(f"  {'':<8} {op_id}: workers run the plan's key groups of it, by its {keys}"))
+    for op_id in ranked:
+        lines.append(Text(f"  {'':<8} {op_id}: workers rank each closed window's key groups; the VM merges"))
     keyed = {s.op_id: s for s in stages}
-    moved = {n for c in chains for n in (*c.node_ids, *c.fused, c.keyed_op)} | set(routed)
+    moved = {n for c in chains for n in (*c.node_ids, *c.fused, c.keyed_op)} | set(routed) | set(ranked)
     on_vm = []
     for n in plan.nodes:
         if n.op.stateful and n.id not in moved:

@@ -44,6 +44,7 @@ def compile_(
     from core.offload_chains import offload_chains
     from core.render import render_chains, render_logical, render_rewritten
     from core.rewrite import rewrite
+    from merge.sliding_top_k import fused_top_ks
 
     info = get_query(query)
     logical = info.plan()
@@ -70,7 +71,7 @@ def compile_(
         return
     out.print(render_logical(logical))
     out.print(render_rewritten(rewritten))
-    out.print(render_chains(logical, chains, keyed_stages(logical)))
+    out.print(render_chains(logical, chains, keyed_stages(logical), list(fused_top_ks(logical))))
 
 
 def reference(

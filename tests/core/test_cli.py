@@ -57,7 +57,7 @@ def test_compile_says_what_a_burst_moves_to_workers_and_what_stays() -> None:
     assert "what runs on workers during a burst" in p.stdout
     assert "window_join6 (with key_by7, window_aggregate8)" in p.stdout
     assert "stays on the VM: no stateful operator" in p.stdout
-    assert "stays on the VM: top_k5" in sponge("compile", "q5").stdout
+    assert "top_k5: workers rank each closed window's key groups" in sponge("compile", "q5").stdout
     q4 = sponge("compile", "q4").stdout
     fused = "winner_at_close6 (with key_by7, window_aggregate8)"
     assert f"bid      map4 ─ key_by5 ─ {fused}: workers run whole key groups of it, by bid.auction" in q4
