@@ -20,19 +20,16 @@ from core.expr import Expr
 from core.expr_polars import to_polars
 from core.plan import WindowJoin
 from merge.keyed_groups import Frames
-from merge.keyed_step import SIDE, Stepped, key_column, stacked
+from merge.keyed_step import SIDE, Stepped, TwoSided, stacked
 
 LEFTS, RIGHTS = "lefts", "rights"
 NAMES = (LEFTS, RIGHTS)
 
 
 @dataclass(frozen=True)
-class JoinStep:
+class JoinStep(TwoSided):
     """What the step needs to know, free of Spark objects so it pickles small."""
 
-    n_keys: int
-    left: tuple[str, ...]
-    right: tuple[str, ...]
     condition: Expr | None
 
     @classmethod
@@ -40,15 +37,6 @@ class JoinStep:
         if op.window is not None:
             raise PlanError("a windowed join has no keyed step", hint="its workers count sides (join_count)")
         return cls(len(op.left_keys), tuple(left), tuple(right), op.condition)
-
-    @property
-    def keys(self) -> list[str]:
-        return [key_column(i) for i in range(self.n_keys)]
-
-    @property
-    def columns(self) -> list[str]:
-        """The step's input: the side, the join key, then the left's and the right's columns."""
-        return [SIDE, *self.keys, *self.left, *self.right]
 
     def step(self, state: Frames, new: pl.DataFrame, watermark_ms: int) -> Stepped:
         """Add a batch's rows (`self.columns`) and emit the pairs each new row completes. Rows with a

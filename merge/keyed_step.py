@@ -38,6 +38,24 @@ class Stepped:
     decided: int = 0
 
 
+@dataclass(frozen=True)
+class TwoSided:
+    """The input layout of a step over two inputs: the side, the join key (each input's renamed
+    alike), then the left's and the right's columns (merge/spark/keyed_processor.py lays rows out so)."""
+
+    n_keys: int
+    left: tuple[str, ...]
+    right: tuple[str, ...]
+
+    @property
+    def keys(self) -> list[str]:
+        return [key_column(i) for i in range(self.n_keys)]
+
+    @property
+    def columns(self) -> list[str]:
+        return [SIDE, *self.keys, *self.left, *self.right]
+
+
 class KeyedStep(Protocol):
     """One keyed operator's step, free of Spark so it pickles small and runs on a worker."""
 

@@ -23,7 +23,7 @@ import polars as pl
 from core.expr import Expr
 from core.expr_polars import to_polars
 from core.plan import WindowAggregate, WinnerAtClose
-from merge.keyed_step import SIDE, Frames, Stepped, key_column
+from merge.keyed_step import SIDE, Frames, Stepped, TwoSided
 from merge.partials import latest_partials
 from merge.polars_fold import US_PER_MS, ceil_ms
 
@@ -32,12 +32,9 @@ HAS_BEST = "sponge_has_best"
 
 
 @dataclass(frozen=True)
-class WinnerSpec:
+class WinnerSpec(TwoSided):
     """What the step needs to know, free of Spark objects so it pickles small."""
 
-    n_keys: int
-    left: tuple[str, ...]
-    right: tuple[str, ...]
     timestamps: tuple[str, ...]
     opens: str
     closes: str
@@ -70,15 +67,6 @@ class WinnerSpec:
             op.condition,
             then,
         )
-
-    @property
-    def keys(self) -> list[str]:
-        return [key_column(i) for i in range(self.n_keys)]
-
-    @property
-    def columns(self) -> list[str]:
-        """The step's input: the side, the join key, then the left's and the right's columns."""
-        return [SIDE, *self.keys, *self.left, *self.right]
 
     # ---- the keyed step (merge/keyed_step.py) over the state as named frames ----
 
