@@ -27,7 +27,7 @@ from typing import Protocol
 import polars as pl
 
 from merge.keyed_groups import GROUP, RECEIPT, Frames, GroupState, Where, after, decide, groups_of
-from merge.keyed_step import SIDE, KeyedStep, keys_of, take
+from merge.keyed_step import SIDE, KeyedStep, keys_of, stacked, take
 
 RECEIPT_SIDE = 2  # a receipt row's sponge_side: records of its group are stashed at the agent
 SEALS_AT_ONCE = 4  # a batch's seals from one task, each of a run of its groups, all in flight at once
@@ -148,7 +148,7 @@ def _groups_elsewhere(
     n = min(len(sealing), SEALS_AT_ONCE)
     lanes = [sealing[i * len(sealing) // n : (i + 1) * len(sealing) // n] for i in range(n)]
     parts = [sorted({p for g, *_ in lane for p in refs.get(g, [])}) for lane in lanes]
-    rows = [_stacked([fw for *_, fw in lane if fw is not None]) for lane in lanes]
+    rows = [stacked([fw for *_, fw in lane]) for lane in lanes]
     with ThreadPoolExecutor(n, thread_name_prefix="seal") as pool:
         if fetch is Fetch.LAZY:
             wanted = [([g for g, *_ in lane], p, r) for lane, p, r in zip(lanes, parts, rows, strict=True)]
@@ -168,10 +168,6 @@ def _groups_elsewhere(
         for g, st, d, _ in lane:
             held[g] = after(st, d, dues.get(g))
     return local, vm
-
-
-def _stacked(frames: list[pl.DataFrame]) -> pl.DataFrame | None:
-    return pl.concat(frames, how="vertical_relaxed") if frames else None
 
 
 def _keys(
