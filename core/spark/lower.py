@@ -255,7 +255,8 @@ def _fusions(plan: LogicalPlan) -> dict[str, str]:
 
 def needs_rocksdb(plan: LogicalPlan) -> bool:
     """Whether a query of `plan` runs an operator on transformWithState, which only the RocksDB store
-    serves: the fused pairs, the record-keeping aggregates and the operators that decide at a close."""
+    serves: the fused pairs, the record-keeping aggregates and the keyed operators (those that
+    decide at a close, the unwindowed join, the running average over the latest n)."""
     return bool(_fusions(plan) or join_counts(plan)) or any(
         (isinstance(n.op, WindowAggregate) and window_fold.keeps_records(n.op))
         or isinstance(n.op, TWS_OPERATORS)
