@@ -74,10 +74,19 @@ def _run(
     return summary
 
 
-# Every query with inactive routers, a partial share, and everything offloaded (on another seed):
-# more seed/share pairs repeated these at 10-20 s of Spark each, and CI must stay under 30 minutes.
-@pytest.mark.parametrize(("seed", "share"), [(1, 0.0), (1, 0.3), (2, 1.0)])
-@pytest.mark.parametrize("query", list(QUERIES))
+# Every query with a partial share and with everything offloaded (on another seed); inactive routers
+# on the queries whose offloaded operators consult the plan as they run (Q3's join, Q5's ranking,
+# Q6's running average). More seed/share pairs repeated these at 10-20 s of Spark each, and CI must
+# stay under 30 minutes.
+CASES = [
+    (query, seed, share)
+    for query in QUERIES
+    for seed, share in [(1, 0.0), (1, 0.3), (2, 1.0)]
+    if share > 0.0 or query in ("q3", "q5", "q6")
+]
+
+
+@pytest.mark.parametrize(("query", "seed", "share"), CASES)
 def test_offloaded_output_equals_reference(
     spark, tmp_path: Path, query: str, seed: int, share: float
 ) -> None:

@@ -22,8 +22,12 @@ PARAMS = QueryParams(window_size_s=4, window_slide_s=2)
 EVENTS = 24_000
 
 
-@pytest.mark.parametrize("seed", [1, 2])
-@pytest.mark.parametrize("query", list(QUERIES))
+# Two seeds for the stateful queries; one for the stateless ones (Q0-Q2), whose lowering is a
+# projection and a filter (CI must stay under 30 minutes).
+@pytest.mark.parametrize(
+    ("query", "seed"),
+    [(q, seed) for q in QUERIES for seed in (1, 2) if seed == 1 or q not in ("q0", "q1", "q2")],
+)
 def test_streamed_output_equals_batch_reference(spark, tmp_path: Path, query: str, seed: int) -> None:
     gen = GeneratorConfig(seed=seed, events=EVENTS, schedule=RateSchedule.constant(2_000))
     # Small epochs so that windows, joins and state span several micro-batches.
