@@ -66,6 +66,10 @@ class JoinStep(TwoSided):
     def due_keys(self, state: Frames, watermark_ms: int) -> pl.DataFrame | None:
         return None
 
+    @property
+    def names(self) -> tuple[str, ...]:
+        return NAMES
+
     def joined(self, *states: Frames) -> Frames:
         return {name: stacked([s.get(name) for s in states]) for name in NAMES}
 

@@ -69,6 +69,11 @@ class KeyedStep(Protocol):
         """The step's input columns, in order."""
         ...
 
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The names of the state's frames."""
+        ...
+
     def step(self, state: Frames, new: pl.DataFrame, watermark_ms: int) -> Stepped: ...
 
     def expire(self, state: Frames, watermark_ms: int) -> Stepped:

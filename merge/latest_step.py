@@ -132,6 +132,10 @@ class LatestStep:
             return None
         return waiting.filter(self._due_at() <= watermark_ms).select(self.keys)
 
+    @property
+    def names(self) -> tuple[str, ...]:
+        return NAMES
+
     def joined(self, *states: Frames) -> Frames:
         return {name: stacked([s.get(name) for s in states]) for name in NAMES}
 

@@ -70,6 +70,10 @@ class WinnerSpec(TwoSided):
 
     # ---- the keyed step (merge/keyed_step.py) over the state as named frames ----
 
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (OPEN, PENDING)
+
     def step(self, state: Frames, new: pl.DataFrame, watermark_ms: int) -> Stepped:
         return _stepped(step(self, state_of(state), new, watermark_ms))
 

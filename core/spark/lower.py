@@ -64,9 +64,6 @@ from merge.spark.winner_at_close import winner_at_close
 
 SourceFactory = Callable[[Source], DataFrame]
 
-#: Operators that always run on transformWithState.
-TWS_OPERATORS: tuple[type[Operator], ...] = (WinnerAtClose, LatestAggregate)
-
 
 def _secs(s: int) -> str:
     return f"{s} seconds"
@@ -258,9 +255,7 @@ def needs_rocksdb(plan: LogicalPlan) -> bool:
     serves: the fused pairs, the record-keeping aggregates and the keyed operators (those that
     decide at a close, the unwindowed join, the running average over the latest n)."""
     return bool(_fusions(plan) or join_counts(plan)) or any(
-        (isinstance(n.op, WindowAggregate) and window_fold.keeps_records(n.op))
-        or isinstance(n.op, TWS_OPERATORS)
-        or stepped(n.op)
+        (isinstance(n.op, WindowAggregate) and window_fold.keeps_records(n.op)) or stepped(n.op)
         for n in plan.nodes
     )
 

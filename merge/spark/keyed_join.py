@@ -15,7 +15,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql.types import StructType
 
 from core.plan import WindowJoin
-from merge.join_step import NAMES, JoinStep
+from merge.join_step import JoinStep
 from merge.keyed_batch import SealService
 from merge.spark.keyed_processor import KeyedOperator, keyed_operator
 
@@ -30,5 +30,5 @@ def keyed_join(
     """`op` over its two inputs: each pair once, the left's columns then the right's."""
     out = StructType([*left.schema.fields, *right.schema.fields])
     step = JoinStep.of(op, left.columns, right.columns)
-    keyed = KeyedOperator(step, NAMES, op.left_keys, op.right_keys, out, timers=False)
+    keyed = KeyedOperator(step, op.left_keys, op.right_keys, out, timers=False)
     return keyed_operator(left, right, keyed, receipts, service)

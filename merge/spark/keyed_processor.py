@@ -47,7 +47,6 @@ class KeyedProcessor(StatefulProcessor):
         self,
         step: KeyedStep,
         timestamps: list[str],
-        names: list[str],
         service: SealService | None,
         by_plan: bool = False,
     ) -> None:
@@ -56,10 +55,9 @@ class KeyedProcessor(StatefulProcessor):
         self.service = service
         self.by_plan = by_plan
         self.names = [*step.columns, GROUP, *RECEIPT]
-        self.state_names = names
 
     def init(self, handle: StatefulProcessorHandle) -> None:
-        self.frames = {name: FrameValue(handle, name) for name in self.state_names}
+        self.frames = {name: FrameValue(handle, name) for name in self.step.names}
         self.timer = NextTimer(handle, "next_timer")
         self.groups = FrameValue(handle, "groups")
 
@@ -160,12 +158,11 @@ def _receipts(
 
 @dataclass(frozen=True)
 class KeyedOperator:
-    """How Spark runs one keyed operator: its step, its state's frame names, its inputs' keys (one
-    input: no right keys), its output, whether it sets event-time timers, and the output column
-    whose event time follows the watermark (None: none does)."""
+    """How Spark runs one keyed operator: its step, its inputs' keys (one input: no right keys), its
+    output, whether it sets event-time timers, and the output column whose event time follows the
+    watermark (None: none does)."""
 
     step: KeyedStep
-    state_names: tuple[str, ...]
     left_keys: tuple[str, ...]
     right_keys: tuple[str, ...]
     output: StructType
@@ -200,7 +197,7 @@ def keyed_operator(
         both = both.unionByName(_receipts(df, entity, left, right, op.left_keys))
     both = both.withColumn(_BUCKET, F.pmod(F.col(GROUP), F.lit(buckets)))
     stamps = sorted(timestamp_columns(left, *([right] if right is not None else [])))
-    processor = KeyedProcessor(op.step, stamps, list(op.state_names), service, op.by_plan)
+    processor = KeyedProcessor(op.step, stamps, service, op.by_plan)
     return both.groupBy(_BUCKET).transformWithStateInPandas(
         statefulProcessor=processor,
         outputStructType=op.output,

@@ -17,7 +17,7 @@ from pyspark.sql.types import StructType
 
 from core.plan import LatestAggregate
 from merge.keyed_batch import SealService
-from merge.latest_step import NAMES, LatestStep
+from merge.latest_step import LatestStep
 from merge.spark.column_fold import finished
 from merge.spark.keyed_processor import KeyedOperator, keyed_operator, timestamp_columns
 
@@ -35,5 +35,5 @@ def latest_aggregate(
         *[finished(a, args[a.out], from_records=True) for a in op.aggs]
     )
     out = StructType([like.schema[c] for c in step.out_columns])
-    keyed = KeyedOperator(step, NAMES, op.keys, (), out, timers=True, by_plan=True)
+    keyed = KeyedOperator(step, op.keys, (), out, timers=True, by_plan=True)
     return keyed_operator(df.select(*step.read), None, keyed, service=service)

@@ -29,7 +29,7 @@ from core.plan import WindowAggregate, WinnerAtClose
 from merge.keyed_batch import SealService
 from merge.partials import latest_partial_schema
 from merge.spark.keyed_processor import KeyedOperator, keyed_operator, timestamp_columns
-from merge.winner import OPEN, PENDING, WinnerSpec
+from merge.winner import WinnerSpec
 
 
 def winner_at_close(
@@ -48,5 +48,5 @@ def winner_at_close(
     if then is not None:
         rows = to_arrow_schema(out, timezone="UTC")  # the zone is only a label on UTC micros
         out = from_arrow_schema(latest_partial_schema(then, rows), prefer_timestamp_ntz=False)
-    keyed = KeyedOperator(spec, (OPEN, PENDING), op.left_keys, op.right_keys, out, True, op.closes)
+    keyed = KeyedOperator(spec, op.left_keys, op.right_keys, out, True, op.closes)
     return keyed_operator(left, right, keyed, receipts, service)
