@@ -26,6 +26,7 @@ from core.nexmark.generator import PROPORTION_DENOMINATOR, GeneratorConfig, even
 from core.nexmark.params import QueryParams
 from core.nexmark.schedule import RateSchedule
 from core.results import diff_results
+from core.run_output import Existing
 from core.wire.arrow_ipc import decode, encode
 from lambda_worker.program import ProgramSpec
 from router.agent.config import AgentConfig
@@ -108,6 +109,7 @@ def run_vm(spark: Any, query: str, events: int, batch_events: int, seed: int, wo
         query=query,
         generator=GeneratorConfig(seed=seed, events=events, schedule=RateSchedule.constant(EVENT_RATE)),
         output=work / f"vm_{query}",
+        existing=Existing.REPLACE,  # a run of its own from an earlier call
         params=PARAMS,
         max_events_per_batch=vm_batch_events(events, batch_events),
         spark=spark_config(),

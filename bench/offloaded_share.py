@@ -118,6 +118,7 @@ from core.nexmark.generator import GeneratorConfig
 from core.nexmark.params import QueryParams
 from core.nexmark.queries import QUERIES, get_query
 from core.plan import Source
+from core.run_output import Existing
 from core.spark.offload_session import OffloadConfig, OffloadSession
 from core.spark.runner import RunConfig, run_query, stream_to_end
 from core.spark.session import SparkConfig, current_jvm, spark_session
@@ -404,6 +405,7 @@ def measure(bench: Bench, query: str, kind: str, events: int, label: str) -> dic
         query=query,
         generator=GeneratorConfig(seed=bench.seed, events=events),
         output=bench.work / f"{query}-{label}-{kind}-{events}",
+        existing=Existing.REPLACE,  # a run of its own from an earlier call
         params=QueryParams(),
         max_events_per_batch=cap,
         spark=bench.spark_config,

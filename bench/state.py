@@ -94,6 +94,7 @@ from core.nexmark.params import QueryParams
 from core.nexmark.queries import QUERIES
 from core.nexmark.reference import generate_tables, winning_bids
 from core.nexmark.schedule import RateSchedule
+from core.run_output import Existing
 from core.spark.runner import RunConfig, run_query
 from core.spark.session import SparkConfig, spark_session
 
@@ -394,6 +395,7 @@ def measure_run(
         query=query,
         generator=gen,
         output=work / f"{query}_{events}",
+        existing=Existing.REPLACE,  # a run of its own from an earlier call
         params=QueryParams(),
         max_events_per_batch=max(1, round(args.rate * args.batch_seconds)),
         spark=sc,

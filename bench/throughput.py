@@ -77,6 +77,7 @@ from core.nexmark.queries import QUERIES
 from core.nexmark.schedule import RateSchedule
 from core.results import diff_results, read_results
 from core.rewrite import rewrite
+from core.run_output import Existing
 from core.spark.runner import RunConfig, run_query
 from core.spark.session import SparkConfig, spark_session
 from core.spark.streams import nexmark_sources
@@ -108,6 +109,7 @@ def check_query(
             query=query,
             generator=gen,
             output=work / f"check_{query}_{v}",
+            existing=Existing.REPLACE,  # a run of its own from an earlier call
             params=params,
             max_events_per_batch=batch_events,
             spark=sc,
@@ -276,6 +278,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         query=q,
                         generator=bench_gen,
                         output=work / f"{q}_{v}",
+                        existing=Existing.REPLACE,  # the same variant's run of an earlier repeat
                         params=params,
                         max_events_per_batch=args.batch_events,
                         spark=sc,

@@ -20,6 +20,7 @@ from typing import Any
 from bench.native_queries import NATIVE_QUERIES
 from core.nexmark.queries import entity_columns
 from core.plan import Source
+from core.run_output import Existing, claim
 from core.spark.runner import RunConfig, run_query, stream_to_end
 from core.spark.streams import nexmark_sources
 
@@ -103,9 +104,7 @@ def native_frame(spark: Any, config: RunConfig, started: float) -> tuple[Any, in
 def run_native(spark: Any, config: RunConfig) -> list[dict[str, Any]]:
     """(c): start the hand-written query exactly as run_query starts ours and stream it to the end."""
     out = config.output
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
+    claim(out, config.identity(), Existing.REPLACE)
     started = time.time()
     df, n_sources = native_frame(spark, config, started)
     progress: list[dict[str, Any]] = []

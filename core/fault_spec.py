@@ -36,6 +36,7 @@ SLOW_WORKER = "slow-worker"
 AGENT_RESTART = "agent-restart"
 TASK_FAILURE = "task-failure"
 QUERY_RESTART = "query-restart"
+DRIVER_KILL = "driver-kill"
 
 # kind -> {parameter: default (None = required)}; "share" is a fraction, COUNTS are whole numbers,
 # the others durations. A kind in TRIGGERS takes exactly one of its trigger parameters instead.
@@ -46,11 +47,13 @@ KINDS: dict[str, dict[str, str | None]] = {
     AGENT_RESTART: {},
     TASK_FAILURE: {"share": None},
     QUERY_RESTART: {},
+    DRIVER_KILL: {},
 }
 TRIGGERS: dict[str, tuple[str, ...]] = {
     KILL_WORKER: ("every", "after-chunks"),
     AGENT_RESTART: ("at", "after-epoch"),
     QUERY_RESTART: ("at", "after-epoch"),
+    DRIVER_KILL: ("at", "after-epoch"),
 }
 COUNTS = ("after-chunks", "after-epoch")
 AGENT_KINDS = (KILL_WORKER, THROTTLE, SLOW_WORKER)
@@ -64,6 +67,7 @@ EXAMPLES = (
     "task-failure:share=0.05",
     "query-restart:at=15s",
     "query-restart:after-epoch=5",
+    "driver-kill:after-epoch=3",
 )
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m)?\s*$")
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, None: 1.0}
@@ -169,3 +173,30 @@ def parse_all(texts: Iterable[str]) -> tuple[FaultSpec, ...]:
 
 def of_kind(specs: Iterable[FaultSpec], kind: str) -> list[FaultSpec]:
     return [s for s in specs if s.kind == kind]
+
+
+@dataclass
+class Triggers:
+    """When the runner's faults of one kind fire: `at` seconds after the start, and once epoch
+    `after_epochs` has committed; each fires once (`due` consumes it)."""
+
+    at: list[float]
+    after_epochs: list[int]
+
+    @classmethod
+    def of(cls, specs: Iterable[FaultSpec], kind: str) -> Triggers:
+        chosen = of_kind(specs, kind)
+        return cls(
+            sorted(s["at"] for s in chosen if s.get("at") is not None),
+            sorted(int(s["after-epoch"]) for s in chosen if s.get("after-epoch") is not None),
+        )
+
+    def due(self, elapsed_s: float, committed_epoch: int) -> bool:
+        """Whether one of them fires now; it is then spent."""
+        if self.at and elapsed_s >= self.at[0]:
+            self.at.pop(0)
+            return True
+        if self.after_epochs and committed_epoch >= self.after_epochs[0]:
+            self.after_epochs.pop(0)
+            return True
+        return False

@@ -150,6 +150,7 @@ class AgentProcessConfig:
             "--concurrency-limit", str(self.concurrency_limit or max(self.max_workers, 1)),
             "--function-timeout-s", str(self.function_timeout_s),
             "--chunk-timeout-s", str(self.chunk_timeout_s),
+            "--exit-with-parent",  # launch() holds its standard input: a killed driver takes it along
         ]  # fmt: skip
         if self.function is not None:
             args += self.function.argv()
@@ -195,6 +196,7 @@ def launch(
             list(argv),
             cwd=PROJECT_ROOT,
             env=dict(env) if env is not None else None,
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=stderr,
             start_new_session=True,  # its own process group: killing it kills the workers it forks
@@ -323,6 +325,12 @@ class AgentProcess:
                 hint="check that nothing rewrites the agent's --port",
             )
         self._proc = proc
+
+    @property
+    def pid(self) -> int | None:
+        """The running agent's process id, also its process group's (the workers it forked)."""
+        proc = self._proc
+        return proc.pid if proc is not None else None
 
     def _stats(self) -> dict[str, int] | None:
         from router.client import AgentClient, OffloadError

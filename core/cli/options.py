@@ -24,7 +24,13 @@ RateOpt = Annotated[
 ]
 OutputOpt = Annotated[
     Path,
-    typer.Option("--output", "-o", file_okay=False, help="Directory for Parquet results + summary.json."),
+    typer.Option(
+        "--output",
+        "-o",
+        file_okay=False,
+        help="Directory for Parquet results, summary.json and the run's checkpoint: new or empty (a run "
+        "never writes into or deletes files it did not make), or the run to continue with --resume.",
+    ),
 ]
 WindowOpt = Annotated[int, typer.Option("--window-size", min=1, help="Window size in seconds.")]
 SlideOpt = Annotated[
@@ -81,9 +87,11 @@ InjectOpt = Annotated[
         "kill-worker:every=2s (kill a busy worker every 2 s), throttle:share=0.2 (20% of invokes throttled), "
         "slow-worker:share=0.1,delay=30s (10% of chunks stall 30 s on their worker), "
         "agent-restart:at=10s (kill and restart the VM agent), task-failure:share=0.05 (5% of source "
-        "tasks fail once), query-restart:at=15s (stop the query and resume it from its checkpoint). "
+        "tasks fail once), query-restart:at=15s (stop the query and resume it from its checkpoint), "
+        "driver-kill:at=15s (the driver SIGKILLs itself, as a crash; continue with --resume). "
         "Instead of a time, a fault can wait for an event, which fires at the same point on any machine: "
-        "agent-restart:after-epoch=3 and query-restart:after-epoch=3 (once epoch 3 has committed), "
+        "agent-restart:after-epoch=3, query-restart:after-epoch=3 and driver-kill:after-epoch=3 (once "
+        "epoch 3 has committed), "
         "kill-worker:after-chunks=10 (once, after the 10th chunk went out). Needs --offload-share.",
     ),
 ]

@@ -70,15 +70,27 @@ def run(
     executor_memory: ExecutorMemoryOpt = None,
     state_store: StateStoreOpt = None,
     rocksdb_memory: RocksdbMemoryOpt = None,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            "--resume",
+            help="Continue the stopped or crashed run in --output from its checkpoint: pass the flags it "
+            "was started with (a different query, events, seed, windows or input is refused); --inject "
+            "and the offload flags apply from here on.",
+        ),
+    ] = False,
 ) -> None:
     """Stream EVENTS generated NEXMark events (or the JSONL events of --input) through QUERY on Spark.
 
     With --offload-share F, a share F of the records is routed to Lambda workers (transient
     operators) through the VM agent, and their results are merged back into Spark's state.
 
+    Results and the checkpoint go to --output; a crashed or stopped run continues there with --resume.
+
     Memory (--driver-memory, --executor-memory, --state-store, --rocksdb-memory) is sized from this
     machine unless set; summary.json records it, and the JVM's log goes to OUTPUT/_logs/jvm.log.
     """
+    from core.run_output import Existing
     from core.spark.runner import RunConfig, run_query
     from core.spark.session import SparkConfig, executor_jvms, worker_memory_mb
 
@@ -104,6 +116,7 @@ def run(
         offload=offload_config(
             offload_share, workers, target, inject or [], invocation_type, handoff=handoff
         ),
+        existing=Existing.RESUME if resume else Existing.REFUSE,
     )
     check_query(query)
     what = f"the events of {input_dir}" if input_dir is not None else f"{events:,} events"

@@ -27,6 +27,7 @@ from typing import Any
 from core.errors import ConfigError, SpongeError
 from core.latency import Epoch
 from core.offload_plan import DEFAULT_OFFLOAD_COST
+from core.run_output import Existing
 from core.spark.session import MachineMemory, MemoryConfig
 from policy.cost_model import Prices
 
@@ -348,6 +349,7 @@ def _run(spec: PolicyRun, pool: Any) -> dict[str, Any]:
         query=spec.query,
         generator=GeneratorConfig(seed=spec.seed, events=spec.events, schedule=schedule),
         output=out,
+        existing=Existing.REPLACE,  # the drill's own run from an earlier drill
         params=QueryParams(window_size_s=spec.window_size_s, window_slide_s=spec.window_slide_s),
         pace=True,
         spark=_spark_config(spec, pool.master_url if pool is not None else None),

@@ -11,12 +11,21 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from core.errors import ConfigError
-from core.fault_spec import AGENT_KINDS, AGENT_RESTART, QUERY_RESTART, TASK_FAILURE, FaultSpec, of_kind
+from core.fault_spec import (
+    AGENT_KINDS,
+    AGENT_RESTART,
+    DRIVER_KILL,
+    QUERY_RESTART,
+    TASK_FAILURE,
+    FaultSpec,
+    Triggers,
+    of_kind,
+)
 from core.nexmark.params import QueryParams
 from core.offload_chains import KEYED, PARTIAL, OffloadChain
 from core.offload_plan import DEFAULT_OFFLOAD_COST, OffloadPlan
@@ -100,9 +109,13 @@ class OffloadSession:
     def start(self) -> None:
         """Start the agent; with a warm pool, return once it is warm (or after WARM_POOL_WAIT_S)."""
         from router.agent_process import AgentProcess, AgentProcessConfig, write_secret
-        from router.routing_log import write_current_plan
+        from router.routing_log import PLAN_FILE, read_current_plan, write_current_plan
 
-        write_current_plan(self.dir, self.config.plan())
+        plan = self.config.plan()
+        if (self.dir / PLAN_FILE).is_file():  # a resumed run: its plans' versions go on counting up
+            self._version = read_current_plan(self.dir).version + 1
+            plan = replace(plan, version=self._version)
+        write_current_plan(self.dir, plan)
         self.secret_file = write_secret(self.dir / "secret")
         self.agent = AgentProcess(
             AgentProcessConfig(
@@ -125,13 +138,12 @@ class OffloadSession:
 
     def schedule_faults(self, started: float) -> None:
         """Arm the agent restarts of the fault specs that fire `at` seconds after `started`."""
-        at, _ = _triggers(self.config.faults, AGENT_RESTART)
-        for t in at:
+        for t in Triggers.of(self.config.faults, AGENT_RESTART).at:
             self._restart_agent_in(max(0.0, started + t - time.time()))
 
     def watching_epochs(self, progress: Callable[[dict], None] | None) -> Callable[[dict], None]:
         """`progress`, after restarting the agent once for each `after-epoch` spec whose epoch committed."""
-        _, pending = _triggers(self.config.faults, AGENT_RESTART)
+        pending = Triggers.of(self.config.faults, AGENT_RESTART).after_epochs
 
         def watch(epoch: dict) -> None:
             while pending and epoch["batchId"] >= pending[0]:
@@ -182,13 +194,16 @@ class OffloadSession:
     def _count(self, kind: str) -> None:
         self.faults_done[kind] = self.faults_done.get(kind, 0) + 1
 
-    def query_restarts(self) -> tuple[list[float], list[int]]:
-        """When the runner stops the query and resumes it: seconds after the start, and epochs after
-        whose commit."""
-        return _triggers(self.config.faults, QUERY_RESTART)
+    def query_restarts(self) -> Triggers:
+        """When the runner stops the query and resumes it from its checkpoint."""
+        return Triggers.of(self.config.faults, QUERY_RESTART)
 
     def query_restarted(self) -> None:
         self._count(QUERY_RESTART)
+
+    def driver_kills(self) -> Triggers:
+        """When the runner SIGKILLs its own process (`sponge run --resume` continues the run)."""
+        return Triggers.of(self.config.faults, DRIVER_KILL)
 
     def stop(self) -> dict[str, Any]:
         """Stop the agent; the summary's offload fields."""
@@ -302,8 +317,3 @@ class OffloadSession:
         return make
 
 
-def _triggers(faults: tuple[FaultSpec, ...], kind: str) -> tuple[list[float], list[int]]:
-    """When the faults of `kind` fire: seconds after the start (`at`), and epochs (`after-epoch`)."""
-    specs = of_kind(faults, kind)
-    at = sorted(s["at"] for s in specs if s.get("at") is not None)
-    return at, sorted(int(s["after-epoch"]) for s in specs if s.get("after-epoch") is not None)

@@ -11,7 +11,8 @@ summary.json, and the run keeps going.
 from __future__ import annotations
 
 import json
-import shutil
+import os
+import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -19,12 +20,14 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from core.errors import ConfigError, SpongeError
+from core.fault_spec import Triggers
 from core.nexmark.generator import GeneratorConfig, event_ids
 from core.nexmark.params import QueryParams
 from core.nexmark.queries import get_query
 from core.offload_chains import OffloadChain, offload_chains
 from core.plan import Source
 from core.rewrite import rewrite
+from core.run_output import Existing, claim
 from core.spark.jvm_failure import JvmWatch
 from core.spark.offload_session import OFFLOAD_DIR, OffloadConfig, OffloadSession
 from core.spark.progress_feed import ProgressFeed
@@ -49,6 +52,7 @@ class RunConfig:
     timeout_s: float = 1800.0
     input: Path | None = None  # read input/<entity>/*.jsonl instead of generating events
     offload: OffloadConfig | None = None  # route records to Lambda workers (None: no routers at all)
+    existing: Existing = Existing.REFUSE  # what to do with a sponge run already in `output`
 
     def __post_init__(self) -> None:
         if self.max_events_per_batch <= 0:
@@ -57,7 +61,7 @@ class RunConfig:
             raise ConfigError("--rate paces generated events only", hint="drop --rate when using --input")
         if self.input is not None and self.input.resolve().is_relative_to(self.output.resolve()):
             raise ConfigError(
-                f"the output {self.output} contains the input {self.input}; a run clears its output first",
+                f"the output {self.output} contains the input {self.input}; a run's output is its own",
                 hint="pass an --output outside the --input directory",
             )
         if self.offload is not None and (self.input is not None or self.plain):
@@ -67,6 +71,21 @@ class RunConfig:
             )
         if self.spark.memory.state_store != "rocksdb":
             refuse_state_store(self.query, self.params, self.spark.memory.state_store)
+
+
+    def identity(self) -> dict[str, Any]:
+        """What fixes the run's results: a resumed run must be the same job (core/run_output.py)."""
+        return {
+            "query": self.query,
+            "events": self.generator.events,
+            "seed": self.generator.seed,
+            "schedule": self.generator.schedule.text(),
+            "window_size_s": self.params.window_size_s,
+            "window_slide_s": self.params.window_slide_s,
+            "input": str(self.input.resolve()) if self.input is not None else None,
+            "plain": self.plain,
+            "offloaded": self.offload is not None,
+        }
 
 
 def refuse_state_store(query: str, params: QueryParams, state_store: str) -> None:
@@ -98,16 +117,20 @@ def run_query(
 ) -> dict:
     """Stream the query to completion, write Parquet results and summary.json; return the summary.
 
-    A JVM that dies under the run is reported as a JvmDiedError that says why (core/spark/jvm_failure.py).
+    The output is claimed first (core/run_output.py): a new or empty directory, or, with
+    `existing=Existing.RESUME`, the same run's, continued from its checkpoint. A JVM that dies under
+    the run is reported as a JvmDiedError that says why (core/spark/jvm_failure.py).
     """
+    resumed = claim(config.output, config.identity(), config.existing)
     watch = JvmWatch(config.spark.memory)
     with watch.reporting():
-        return _run_query(config, watch, progress, hooks)
+        return _run_query(config, watch, resumed, progress, hooks)
 
 
 def _run_query(
     config: RunConfig,
     watch: JvmWatch,
+    resumed: bool,
     progress: Callable[[dict], None] | None = None,
     hooks: RunHooks | None = None,
 ) -> dict:
@@ -122,16 +145,12 @@ def _run_query(
     if config.input is not None:
         require_entity_dirs(config.input, [n.op.entity for n in logical.nodes if isinstance(n.op, Source)])
     out = config.output
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
     spark = spark_session(config.spark)
     register_file_source(spark)
     started = time.time()
     n_sources = len([n for n in logical.nodes if isinstance(n.op, Source)])
     session = None
-    restarts_at: list[float] = []
-    restart_epochs: list[int] = []
+    restarts = kills = Triggers([], [])
     if config.offload is None:
         sources = nexmark_sources(spark, config, pace_origin=started)
         sinks = lower_plain(logical, sources) if config.plain else lower_rewritten(rewritten, sources)
@@ -143,7 +162,7 @@ def _run_query(
         # and the agent is a long-lived service beside it, not something the burst waits for.
         started = time.time()
         session.schedule_faults(started)
-        restarts_at, restart_epochs = session.query_restarts()
+        restarts, kills = session.query_restarts(), session.driver_kills()
         progress = session.watching_epochs(progress)
         sources = nexmark_sources(spark, config, started, session.local_routes(chains))
         offloaded = session.offloaded(spark, config, started)
@@ -164,9 +183,9 @@ def _run_query(
             timeout_s=config.timeout_s,
             started=started,
             progress=progress,
-            restarts_at=restarts_at,
-            restarts_after_epochs=restart_epochs,
+            restarts=restarts,
             on_restart=session.query_restarted if session is not None else None,
+            kills=kills,
             memory=config.spark.memory,
             watch=watch,
         )
@@ -197,6 +216,7 @@ def _run_query(
         "events_per_s": round(records_in / wall_s, 1) if wall_s > 0 else None,
         "rewrite_ms": round(rewritten.rewrite_ms, 3),
         "plan": "plain" if config.plain else "rewritten",
+        "resumed": resumed,
         "memory": memory_in_force(config.spark),
         **offload_summary,
     }
@@ -250,17 +270,18 @@ def stream_to_end(
     timeout_s: float,
     started: float,
     progress: Callable[[dict], None] | None = None,
-    restarts_at: Sequence[float] = (),
-    restarts_after_epochs: Sequence[int] = (),
+    restarts: Triggers | None = None,
     on_restart: Callable[[], None] | None = None,
+    kills: Triggers | None = None,
     memory: MemoryConfig,
     watch: JvmWatch | None = None,
 ) -> list[dict]:
     """Stream `df` into Parquet under `out` until every source has delivered its punctuation and
     the closing no-data epoch has run; return the progress of every epoch that read data.
 
-    At each of `restarts_at` (seconds after `started`), and once each of `restarts_after_epochs` has
-    committed, the query is stopped and resumed from its checkpoint, as after a driver restart. Shared
+    When one of `restarts` is due, the query is stopped and resumed from its checkpoint, as after a
+    driver restart; when one of `kills` is due, this process SIGKILLs itself, as a crashed driver
+    (`sponge run --resume` continues from the checkpoint). Shared
     by run_query and the benchmark's hand-written queries, so both end the same way. `memory` gives the state
     store a new checkpoint is made with (a resumed one keeps its own provider) and its settings, set on
     the session here since its JVM may be shared by runs of other stores. `watch` (default: one on
@@ -282,8 +303,8 @@ def stream_to_end(
             .start()
         )
 
-    pending_restarts = sorted(restarts_at)
-    pending_epochs = sorted(restarts_after_epochs)
+    restarts = restarts or Triggers([], [])
+    kills = kills or Triggers([], [])
     total = events + 1  # the punctuation sits at offset `events`
     seen: dict[int, dict] = {}
     latest: dict | None = None
@@ -313,14 +334,8 @@ def stream_to_end(
                 raise died
             raise SpongeError(f"the streaming query failed: {feed.failure.splitlines()[0]}")
 
-    def restart_due() -> bool:
-        if pending_restarts and time.time() - started >= pending_restarts[0]:
-            pending_restarts.pop(0)
-            return True
-        if pending_epochs and max(seen, default=-1) >= pending_epochs[0]:
-            pending_epochs.pop(0)
-            return True
-        return False
+    def due(triggers: Triggers) -> bool:
+        return triggers.due(time.time() - started, max(seen, default=-1))
 
     def finished() -> bool:
         return (
@@ -335,7 +350,9 @@ def stream_to_end(
     query = start()
     try:
         while True:
-            if restart_due():  # before the end check: an epoch trigger may fire on the last epoch
+            if due(kills):  # no clean-up of any kind: the checkpoint is all a resumed run gets
+                os.kill(os.getpid(), signal.SIGKILL)
+            if due(restarts):  # before the end check: an epoch trigger may fire on the last epoch
                 query.stop()
                 query = start()
                 if on_restart:

@@ -2,15 +2,17 @@
 
 Why this contract matters: router/agent_process.py starts the agent with these flags and waits for
 the one JSON line {"event": "listening", "port": ...} on stdout (router/agent/__init__.py's
-`ready_line`) before any task may call it; on SIGTERM or SIGINT the agent stops and prints
-{"event": "stopped", ...counters}. A bad flag or secret is reported in one line `error: ... (hint)` on
-stderr with exit status 2 before any backend (process or AWS client) is built. Stdout carries only
-those JSON lines; everything the running agent reports goes through `logging` to stderr.
+`ready_line`) before any task may call it; on SIGTERM or SIGINT (or, with --exit-with-parent, once its
+standard input closes) the agent stops and prints {"event": "stopped", ...counters}. A bad flag or
+secret is reported in one line `error: ... (hint)` on stderr with exit status 2 before any backend
+(process or AWS client) is built. Stdout carries only those JSON lines; everything the running agent
+reports goes through `logging` to stderr.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import signal
@@ -90,6 +92,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         help="keyed stages: where stashed records and key groups' states are kept",
     )
     p.add_argument(
+        "--exit-with-parent",
+        action="store_true",
+        help="stop when standard input closes: a launcher that holds its other end and dies, even "
+        "SIGKILLed, takes the agent and its workers with it",
+    )
+    p.add_argument(
         "--inject",
         action="append",
         default=[],
@@ -166,10 +174,20 @@ def main(argv: list[str] | None = None) -> int:
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())
+    if args.exit_with_parent:
+        threading.Thread(target=_set_at_eof, args=(done,), name="parent-watch", daemon=True).start()
     logger.info("serving on %s, session %s", agent.address, config.session_id)
     print(ready_line(port, agent.address, config.session_id), flush=True)
     done.wait()
     logger.info("stopping")
     agent.stop()
-    print(json.dumps({"event": "stopped", **agent.stats()}), flush=True)
+    with contextlib.suppress(BrokenPipeError):  # a launcher that died reads nothing
+        print(json.dumps({"event": "stopped", **agent.stats()}), flush=True)
     return 0
+
+
+def _set_at_eof(done: threading.Event) -> None:
+    """Set `done` once standard input closes (its writer, the launcher, has exited)."""
+    while sys.stdin.buffer.read(65_536):
+        pass
+    done.set()

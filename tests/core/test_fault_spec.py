@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from core.errors import ConfigError
-from core.fault_spec import EXAMPLES, KINDS, TRIGGERS, FaultSpec, parse_duration
+from core.fault_spec import EXAMPLES, KINDS, TRIGGERS, FaultSpec, Triggers, parse_duration
 
 
 @pytest.mark.parametrize("text", EXAMPLES)
@@ -51,3 +51,16 @@ def test_bad_specs_say_what_is_wrong(text: str, needle: str) -> None:
     with pytest.raises(ConfigError) as e:
         FaultSpec.parse(text)
     assert needle in e.value.one_line()
+
+
+def test_triggers_fire_once_each_at_their_time_or_epoch() -> None:
+    specs = [
+        FaultSpec.parse(t) for t in ("driver-kill:at=5s", "driver-kill:after-epoch=2", "kill-worker:every=1s")
+    ]
+    triggers = Triggers.of(specs, "driver-kill")
+    assert (triggers.at, triggers.after_epochs) == ([5.0], [2])
+    assert not triggers.due(elapsed_s=1.0, committed_epoch=1)
+    assert triggers.due(elapsed_s=1.0, committed_epoch=3)  # the epoch trigger, spent
+    assert not triggers.due(elapsed_s=4.9, committed_epoch=9)
+    assert triggers.due(elapsed_s=5.0, committed_epoch=9)
+    assert not triggers.due(elapsed_s=60.0, committed_epoch=99)

@@ -123,3 +123,40 @@ def test_a_real_agent_that_refuses_its_flags_is_reported_in_its_own_words(tmp_pa
     weak.write_text("short")
     error, _ = _start_fails(AgentProcessConfig(secret_file=weak, max_workers=1, start_timeout_s=30))
     assert "exited with status 2" in error.message and "at least 16 bytes" in error.message
+
+
+DRIVER = """
+import os, signal, sys
+from pathlib import Path
+from router.agent_process import AgentProcess, AgentProcessConfig, write_secret
+work = Path(sys.argv[1])
+config = AgentProcessConfig(secret_file=write_secret(work / "secret"), max_workers=1, prewarm=1,
+                            log_path=work / "workers.log", start_timeout_s=30)
+agent = AgentProcess(config)
+agent.start()
+assert agent.wait_warm(1, 30)
+print(agent.pid, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.slow  # the agent and a warm worker as their own processes
+def test_a_driver_killed_outright_takes_its_agent_and_workers_along(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import subprocess
+
+    from core.cli.main import __file__ as cli_file
+
+    root = Path(cli_file).resolve().parents[2]
+    driver = subprocess.run(
+        [sys.executable, "-c", DRIVER, str(tmp_path)], capture_output=True, text=True, cwd=root, timeout=60
+    )
+    assert driver.returncode == -9, driver.stderr[-2000:]
+    group = int(driver.stdout.split()[-1])  # the agent's pid, its process group's id
+    deadline = time.monotonic() + 30  # a graceful stop: the fleet's workers first
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    pytest.fail(f"the agent's process group {group} outlived its driver by 30 s")

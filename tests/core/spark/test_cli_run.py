@@ -34,21 +34,39 @@ def test_run_equals_reference_through_the_cli(tmp_path: Path) -> None:
     assert diff_results(read_results(tmp_path / "run"), expected) is None
 
 
-def test_run_with_offload_through_the_cli(tmp_path: Path) -> None:
-    common = ["--events", "20000", "--seed", "4", "--window-size", "2", "--window-slide", "1"]
-    run = ["--batch-events", "5000", "--offload-share", "0.5", "--workers", "2"]
-    # Task failures need the product's Spark retries (local[2,4]), which the in-process session lacks.
+def test_an_offloaded_run_killed_mid_handoff_resumes_from_its_checkpoint_through_the_cli(
+    tmp_path: Path,
+) -> None:
+    common = ["--events", "20000", "--seed", "4"]
+    run = [*common, "--batch-events", "4000", "--offload-share", "0.5", "--workers", "2"]
+    out = tmp_path / "run"
+    # The driver dies outright once epoch 1 has committed, while workers hold Q4's key groups.
+    killed = subprocess.run(
+        [*SPONGE, "run", "q4", *run, "--inject", "driver-kill:after-epoch=1", "--output", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    assert not (out / "summary.json").exists()
+    assert any((out / "_offload" / "handoff" / "state").iterdir())  # groups' states the workers held
+    # Without --resume the run is refused and left as it is.
+    again = subprocess.run([*SPONGE, "run", "q4", *run, "--output", str(out)], capture_output=True, text=True)
+    assert again.returncode == 2 and "pass --resume" in again.stderr, again.stderr
+    # Resumed, with worker and task failures on top. Task failures need the product's Spark retries
+    # (local[2,4]), which the in-process session lacks.
     faults = ["--inject", "kill-worker:after-chunks=2", "--inject", "task-failure:share=0.3"]
-    sponge("run", "q5", *common, *run, *faults, "--output", str(tmp_path / "run"))
-    sponge("reference", "q5", *common, "--output", str(tmp_path / "ref"))
-    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert summary["offload_share"] == 0.5 and summary["workers"] == 2 and summary["target"] == "embedded"
-    assert summary["records_offloaded"] > 0 and summary["chunks_dispatched"] > 0
+    sponge("run", "q4", *run, *faults, "--resume", "--output", str(out))
+    sponge("reference", "q4", *common, "--output", str(tmp_path / "ref"))
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["resumed"] and summary["offload_share"] == 0.5 and summary["target"] == "embedded"
+    assert summary["operators_offloaded"]["winner_at_close6"] > 0 and summary["chunks_dispatched"] > 0
     assert summary["records_local"] + summary["records_routed_to_workers"] == summary["records_in"]
     injected = summary["injected_faults"]
     assert set(injected) == {"kill-worker", "task-failure"} and injected["kill-worker"] == 1, summary
     assert injected["task-failure"] >= 1
-    assert diff_results(read_results(tmp_path / "run"), read_results(tmp_path / "ref")) is None
+    assert diff_results(read_results(out), read_results(tmp_path / "ref")) is None
 
 
 def test_events_writes_one_file_set_per_entity(tmp_path: Path) -> None:
