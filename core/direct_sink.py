@@ -4,7 +4,8 @@ Why: when a stateless chain ends at the sink (Q1, Q2), the rows it returns need 
 Spark. Sending them back through the agent, the Spark task and the JVM's Parquet writer cost the VM
 ~8x what computing them there did (ADR 0011), so offloading could never pay. Instead the VM agent
 writes each chunk's output as one Parquet file under `<output>/_offloaded/`, and the Spark task
-yields only its heartbeat (ADR 0012).
+yields only its heartbeat (ADR 0012). A request names the file only (`chunk_name`); the agent writes
+it into the one directory it was started with, so no request can make it write anywhere else.
 
 Exactly once without Spark's sink log: a chunk's file is named by what fixes its content (entity,
 the task's offset range, the chunk's sequence), and that content is deterministic, because the
@@ -32,9 +33,19 @@ CHECKPOINT_DIR = "_checkpoint"
 _NAME = re.compile(r"^(?P<entity>[a-z]+)-(?P<start>\d+)-(?P<end>\d+)-(?P<seq>\d+)\.parquet$")
 
 
+def chunk_name(entity: str, start: int, end: int, seq: int) -> str:
+    """The file name of chunk `seq` of the task over offsets [start, end) of `entity`."""
+    return f"{entity}-{start:012d}-{end:012d}-{seq:06d}.parquet"
+
+
+def is_chunk_name(name: str) -> bool:
+    """Whether `name` is a chunk file's bare name (no directory part: the agent writes only there)."""
+    return _NAME.match(name) is not None
+
+
 def chunk_file(output: Path, entity: str, start: int, end: int, seq: int) -> Path:
     """Where the output of chunk `seq` of the task over offsets [start, end) of `entity` goes."""
-    return output / OFFLOADED_DIR / f"{entity}-{start:012d}-{end:012d}-{seq:06d}.parquet"
+    return output / OFFLOADED_DIR / chunk_name(entity, start, end, seq)
 
 
 def write_chunk(path: Path, table: pa.Table) -> None:

@@ -155,9 +155,12 @@ def _groups_elsewhere(
             keys = list(pool.map(lambda a: _keys(service, spec, *a), wanted))
         else:
             keys = [_group_keys(vm, [g for g, _, d, _ in lane if d.move_in], spec) for lane in lanes]
+        # One pass over the VM's state for the whole batch, then each lane's share of the (few) rows.
+        every = [k for k in keys if k is not None]
+        leaving, vm = take(spec, vm, pl.concat(every, how="vertical_relaxed") if every else None)
         seals = []
         for lane, k, p, r in zip(lanes, keys, parts, rows, strict=True):
-            moved, vm = take(spec, vm, k)
+            moved, leaving = take(spec, leaving, k)
             some = any(f is not None and f.height for f in moved.values())
             groups = [(g, st.version, d.move_in) for g, st, d, _ in lane]
             seals.append((groups, p, moved if some else None, r, watermark_ms))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import dataclasses
+import logging
 import os
 import secrets
 import selectors
@@ -35,8 +36,11 @@ from router.invokers.lambda_api import INVOCATION_TYPES
 from router.stats import INJECTED_KILL_WORKER, WORKERS_PREWARMED
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+logger = logging.getLogger(__name__)
 EXIT_POLL_S = 0.2
 """How often the readiness wait looks whether the agent has exited (its workers may keep stdout open)."""
+SUPERVISE_S = 0.5  # how often the launcher samples the agent's counters and checks it is alive
+RECOVER_ATTEMPTS = 3  # starts of an agent that died on its own before the launcher gives up
 STDERR_TAIL_LINES = 8
 
 
@@ -130,6 +134,7 @@ class AgentProcessConfig:
     idle_timeout_s: float = 10.0  # a worker's session idles out after this long without chunks
     cpus: frozenset[int] | None = None  # pin the agent (and the embedded workers it forks) to these cores
     handoff_dir: Path | None = None  # keyed stages' stash and group states (router/handoff_store.py)
+    sink_dir: Path | None = None  # the only directory it writes chunk files to (core/direct_sink.py)
 
     def __post_init__(self) -> None:
         if not self.start_timeout_s > 0:
@@ -161,6 +166,8 @@ class AgentProcessConfig:
         args += ["--idle-timeout-s", str(self.idle_timeout_s)]
         if self.handoff_dir is not None:
             args += ["--handoff-dir", str(self.handoff_dir)]
+        if self.sink_dir is not None:
+            args += ["--sink-dir", str(self.sink_dir)]
         for spec in self.faults:
             args += ["--inject", spec.text()]
         return args
@@ -301,7 +308,8 @@ class AgentProcess:
         self._stop = threading.Event()
         self._sampler: threading.Thread | None = None
         self._client: Any = None
-        self.restarts = 0
+        self.restarts = 0  # kill-and-restart faults carried out
+        self.crashes = 0  # deaths noticed and recovered from
 
     def start(self) -> str:
         self._spawn()
@@ -345,10 +353,14 @@ class AgentProcess:
         return {k: int(v) for k, v in stats.items() if isinstance(v, int | float) and not isinstance(v, bool)}
 
     def _sample_loop(self) -> None:
-        while not self._stop.wait(0.5):
+        while not self._stop.wait(SUPERVISE_S):
             with self._lock:
-                if self._proc is None or self._proc.poll() is not None:
-                    continue
+                proc = self._proc
+            if proc is None:
+                continue
+            if proc.poll() is not None:
+                self._recover(proc)
+                continue
             stats = self._stats()
             if stats is not None:
                 with self._lock:
@@ -391,6 +403,29 @@ class AgentProcess:
             self.config = dataclasses.replace(self.config, faults=faults)
         self._spawn()
         self.restarts += 1
+
+    def _recover(self, proc: subprocess.Popen[bytes]) -> None:
+        """An agent that died on its own (killed, crashed) is started again on the same port, where its
+        callers ask again, and from the same handoff directory: the run goes on (counted as a crash)."""
+        with self._lock:
+            if self._proc is not proc or self._stop.is_set():
+                return  # restarted or stopping meanwhile
+            self._proc = None
+            self._finished.append(self._last)  # its counters up to the last sample
+            self._last = {}
+        logger.warning(
+            "the VM agent (pid %d) exited with status %s; starting it again", proc.pid, proc.returncode
+        )
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # workers it forked, left behind
+        for attempt in range(1, RECOVER_ATTEMPTS + 1):
+            try:
+                self._spawn()
+            except SpongeError as e:
+                logger.error("starting the VM agent again failed (attempt %d): %s", attempt, e.one_line())
+                continue
+            self.crashes += 1
+            return
 
     def _kill_at_exit(self) -> None:
         """An interpreter that exits without stop() (a SIGTERM while the query starts) must not leave

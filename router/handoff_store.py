@@ -13,6 +13,7 @@ group is no longer named by any state Spark could restore; those are dropped the
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Collection
@@ -23,10 +24,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from core import atomic_write
+from core.errors import InputError
 from core.wire.arrow_ipc import decode, encode
 from merge.keyed_groups import GROUP
 
 _CACHED_CHUNKS = 64
+_ENTITY = re.compile(r"[a-z]{1,32}")
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,15 @@ class ChunkRef:
     start: int
     end: int
     seq: int
+
+    def __post_init__(self) -> None:
+        """A chunk's name becomes a file name under the store: a request may not steer it elsewhere."""
+        if not _ENTITY.fullmatch(self.entity):
+            raise InputError(f"a stashed chunk's entity {self.entity[:60]!r} is not a source's name")
+        if not 0 <= self.start <= self.end or self.seq < 0:
+            raise InputError(
+                f"a stashed chunk's offsets [{self.start}, {self.end}) part {self.seq} are malformed"
+            )
 
     @property
     def name(self) -> str:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
-from core.direct_sink import chunk_file
+from core.direct_sink import chunk_name
 from core.errors import ConfigError
 from core.nexmark.schema import END_OF_STREAM_TIME_US, ENTITIES, TIMESTAMP, schema_for
 from core.offload_plan import DEFAULT_OFFLOAD_COST, key_groups_of, record_units
@@ -53,8 +53,8 @@ class RouteOptions:
     """How one routed source stream reads: which share it keeps and where offloaded chunks go.
 
     `event_time` names the offload stream's column that carries event time (the heartbeat sets it;
-    window_start for partial states); None when the chain's output drops it. `direct_sink`, when set,
-    is the query's output directory, where the agent writes the chain's rows (core/direct_sink.py)
+    window_start for partial states); None when the chain's output drops it. With `direct_sink` the
+    agent writes the chain's rows into its sink directory, the query's output (core/direct_sink.py),
     instead of returning them. `fail_share` and `fault_dir` inject task failures.
     """
 
@@ -70,7 +70,7 @@ class RouteOptions:
     fault_dir: str = ""
     request_timeout_s: float = 600.0
     offload_cost: float = DEFAULT_OFFLOAD_COST
-    direct_sink: str = ""
+    direct_sink: bool = False
     keys: tuple[str, ...] = ()  # a stream feeding a keyed stage: its key columns; routed by key group
 
     @classmethod
@@ -94,7 +94,7 @@ class RouteOptions:
             fail_share=float(opts.get("fail_share", "0")),
             fault_dir=opts.get("fault_dir", ""),
             offload_cost=float(opts.get("offload_cost", DEFAULT_OFFLOAD_COST)),
-            direct_sink=opts.get("direct_sink", ""),
+            direct_sink=opts.get("direct_sink", "") == "1",
             keys=tuple(k for k in opts.get("keys", "").split(",") if k),
         )
         if route == OFFLOAD and not (parsed.program and parsed.agent and parsed.secret_file):
@@ -263,7 +263,7 @@ def _offload(
     chunks = [records.slice(i, route.chunk_rows) for i in range(0, n, route.chunk_rows)]
 
     def one(seq: int) -> pa.Table:
-        sink = str(chunk_file(Path(route.direct_sink), entity, start, end, seq)) if route.direct_sink else ""
+        sink = chunk_name(entity, start, end, seq) if route.direct_sink else ""
         return client.offload(start, end, seq, spec, chunks[seq], sink_file=sink).table
 
     if len(chunks) == 1:

@@ -8,6 +8,8 @@ injected runner-side faults happen, and collect every component's counters into 
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -15,6 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from core.direct_sink import OFFLOADED_DIR
 from core.errors import ConfigError
 from core.fault_spec import (
     AGENT_KINDS,
@@ -100,6 +103,7 @@ class OffloadSession:
         self.query = query
         self.params = params
         self.agent: Any = None
+        self._secret_dir: Path | None = None
         self._timers: list[threading.Timer] = []
         self.faults_done: dict[str, int] = {}
         self._version = config.plan().version
@@ -116,7 +120,9 @@ class OffloadSession:
             self._version = read_current_plan(self.dir).version + 1
             plan = replace(plan, version=self._version)
         write_current_plan(self.dir, plan)
-        self.secret_file = write_secret(self.dir / "secret")
+        # Beside the run, not in its output: readable by this user only, and gone when the run ends.
+        self._secret_dir = Path(tempfile.mkdtemp(prefix="sponge-secret-"))
+        self.secret_file = write_secret(self._secret_dir / "secret")
         self.agent = AgentProcess(
             AgentProcessConfig(
                 secret_file=self.secret_file,
@@ -130,6 +136,7 @@ class OffloadSession:
                 prewarm=self.config.prewarm,
                 idle_timeout_s=self.config.idle_timeout_s,
                 handoff_dir=self.dir / "handoff",
+                sink_dir=self.out / OFFLOADED_DIR,
             )
         )
         self.agent.start()
@@ -214,6 +221,8 @@ class OffloadSession:
             if timer.is_alive():
                 timer.join()
         totals = self.agent.stop() if self.agent is not None else {}
+        if self._secret_dir is not None:
+            shutil.rmtree(self._secret_dir, ignore_errors=True)
         injected = dict(self.faults_done)
         for kind in AGENT_KINDS:
             n = totals.get("injected_" + kind.replace("-", "_"), 0)
@@ -243,6 +252,7 @@ class OffloadSession:
             "cache_hits": totals.get("cache_hits", 0),
             "workers_prewarmed": totals.get("workers_prewarmed", 0),
             "agent_restarts": self.agent.restarts if self.agent is not None else 0,
+            "agent_crashes_recovered": self.agent.crashes if self.agent is not None else 0,
             "injected_faults": injected,
         }
 
@@ -306,7 +316,7 @@ class OffloadSession:
                 "event_time": time_column or "",
                 "chunk_rows": str(self.config.chunk_rows),
                 "parallelism": str(self.config.workers),
-                "direct_sink": str(self.out) if chain.to_sink else "",
+                "direct_sink": "1" if chain.to_sink else "",
                 "keys": ",".join(chain.keys),
                 **self._common(),
             }

@@ -92,6 +92,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         help="keyed stages: where stashed records and key groups' states are kept",
     )
     p.add_argument(
+        "--sink-dir",
+        default=None,
+        help="stateless chains that end at the sink: the one directory the agent writes their chunk "
+        "files to (the query's output/_offloaded); without it such requests are refused",
+    )
+    p.add_argument(
         "--exit-with-parent",
         action="store_true",
         help="stop when standard input closes: a launcher that holds its other end and dies, even "
@@ -156,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
             ),
             faults=parse_all(args.inject),
             handoff_dir=Path(args.handoff_dir) if args.handoff_dir else None,
+            sink_dir=Path(args.sink_dir) if args.sink_dir else None,
         )
         check_can_kill(config.faults, can_kill=args.invoker == "embedded")
     except SpongeError as e:  # before any backend is built: a typo must not start processes or clients

@@ -29,7 +29,7 @@ class AgentConfig:
     share-based ones, so a drill repeats its sequence of decisions.
     """
 
-    secret: bytes
+    secret: bytes = field(repr=False)  # never in a log line or an error that prints the config
     host: str = "127.0.0.1"
     port: int = 0
     advertise_address: str | None = None
@@ -44,6 +44,7 @@ class AgentConfig:
     faults: tuple[FaultSpec, ...] = ()
     fault_seed: int = 1
     handoff_dir: Path | None = None  # where keyed stages' stashed records and group states live (ADR 0024)
+    sink_dir: Path | None = None  # the only directory chunk files go to (core/direct_sink.py); None: none
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "faults", check_agent_faults(self.faults))

@@ -16,10 +16,9 @@ import logging
 import threading
 from collections.abc import Iterator
 from concurrent import futures
-from pathlib import Path
 from typing import Any
 
-from core.direct_sink import write_chunk
+from core.direct_sink import is_chunk_name, write_chunk
 from core.errors import ConfigError, InputError, SpongeError
 from core.wire.arrow_ipc import checksum, decode, read_schema
 from core.wire.protocol import (
@@ -218,6 +217,8 @@ class _Servicer:
         codes = self.grpc.StatusCode
         self._check_caller(context)
         key = ChunkKey(request.epoch, request.partition, request.chunk_seq, request.program_id)
+        if request.sink_file:
+            self._check_sink(request.sink_file, context)
         try:
             read_schema(request.payload)  # bytes that are not Arrow at all never reach a queue or a worker
             fut, cached = self.agent.offload(key, request.program, request.payload)
@@ -282,13 +283,13 @@ class _Servicer:
 
     def Seal(self, request: Any, context: Any) -> Any:
         keyed = self._keyed(context)
-        refs = [ChunkRef(c.entity, c.start, c.end, c.seq) for c in request.parts]
         groups = [GroupVersion(g.group, g.version, g.fresh) for g in request.groups]
         if not groups:
             self._fail(
                 context, self.grpc.StatusCode.INVALID_ARGUMENT, "InputError", "a seal names no key group"
             )
         try:
+            refs = [ChunkRef(c.entity, c.start, c.end, c.seq) for c in request.parts]
             fut = keyed.seal(
                 request.program, groups, refs, request.moved, request.forwarded, request.watermark_ms
             )
@@ -303,8 +304,8 @@ class _Servicer:
 
     def Touched(self, request: Any, context: Any) -> Any:
         keyed = self._keyed(context)
-        refs = [ChunkRef(c.entity, c.start, c.end, c.seq) for c in request.parts]
         try:
+            refs = [ChunkRef(c.entity, c.start, c.end, c.seq) for c in request.parts]
             payload = keyed.touched(request.program, list(request.groups), refs)
         except KeyError as e:
             self._fail(context, self.grpc.StatusCode.FAILED_PRECONDITION, "MissingKeyedState", str(e))
@@ -320,9 +321,20 @@ class _Servicer:
             self._fail(context, self.grpc.StatusCode.FAILED_PRECONDITION, "MissingKeyedState", str(e))
         return self.pb2.HandBackReply(payload=payload)
 
-    def _write_sink(self, sink_file: str, payload: bytes, context: Any) -> None:
-        """Write a chunk's output where the caller asked (a retry finds it written already)."""
-        path = Path(sink_file)
+    def _check_sink(self, name: str, context: Any) -> None:
+        """A sink file is a chunk file's bare name, written only into the agent's own sink directory."""
+        codes = self.grpc.StatusCode
+        if self.agent.config.sink_dir is None:
+            message = "this agent writes no sink files (it was started without --sink-dir)"
+            self._fail(context, codes.FAILED_PRECONDITION, "NoSinkDir", message)
+        if not is_chunk_name(name):
+            message = f"sink file {name[:200]!r} is not a chunk file's name (ENTITY-START-END-SEQ.parquet)"
+            self._fail(context, codes.INVALID_ARGUMENT, "BadSinkFile", message)
+
+    def _write_sink(self, name: str, payload: bytes, context: Any) -> None:
+        """Write a chunk's output into the sink directory (a retry finds it written already)."""
+        assert self.agent.config.sink_dir is not None  # _check_sink
+        path = self.agent.config.sink_dir / name
         if path.is_file():
             return
         try:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from core.direct_sink import chunk_name
 from core.wire.arrow_ipc import encode
 from core.wire.protocol import PROTOCOL_VERSION, grpc_module, pb, worker_token
 from lambda_worker.handler import handler
@@ -60,18 +62,53 @@ def test_a_retried_offload_returns_the_cached_result_without_recomputation(make_
 
 
 def test_an_offload_with_a_sink_file_writes_the_rows_there_once(make_agent, secret, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    agent = make_agent(ThreadInvoker())
+    sink_dir = tmp_path / "out" / "_offloaded"
+    agent = make_agent(ThreadInvoker(), agent={"sink_dir": sink_dir})
     data = bids(20_000)
-    sink = tmp_path / "out" / "_offloaded" / "bid-1-2-3.parquet"
+    name = chunk_name("bid", 1, 2, 3)
     with AgentClient(agent.address, secret) as client:
-        first = client.offload(1, 2, 3, Q5, data, sink_file=str(sink))
+        first = client.offload(1, 2, 3, Q5, data, sink_file=name)
         assert first.table.num_rows == 0 and first.payload_bytes == 0 and first.rows_out > 0
-        written = pq.read_table(sink)
+        written = pq.read_table(sink_dir / name)
         assert sorted_rows(written) == sorted_rows(Q5.compile().run_table(data))
         assert written.num_rows == first.rows_out
-        retry = client.offload(1, 2, 3, Q5, data, sink_file=str(sink))
-        assert retry.cached and pq.read_table(sink).equals(written)
-    assert [p.name for p in sink.parent.iterdir()] == [sink.name]  # no temporary left behind
+        retry = client.offload(1, 2, 3, Q5, data, sink_file=name)
+        assert retry.cached and pq.read_table(sink_dir / name).equals(written)
+    assert [p.name for p in sink_dir.iterdir()] == [name]  # no temporary left behind
+
+
+@pytest.mark.parametrize(
+    "sink_file",
+    ["../../escaped.parquet", "/tmp/escaped.parquet", "bid-1-2-3.parquet/../../x.parquet", "notes.txt"],
+)
+def test_a_sink_file_outside_the_sink_directory_is_refused_and_nothing_is_written(  # type: ignore[no-untyped-def]
+    make_agent, secret, tmp_path, sink_file
+) -> None:
+    sink_dir = tmp_path / "out" / "_offloaded"
+    agent = make_agent(ThreadInvoker(), agent={"sink_dir": sink_dir})
+    before = sorted(tmp_path.rglob("*"))
+    with AgentClient(agent.address, secret) as client, pytest.raises(OffloadError) as e:
+        client.offload(1, 2, 3, Q5, bids(2_000), sink_file=sink_file)
+    assert (e.value.error_type, e.value.code) == ("BadSinkFile", "INVALID_ARGUMENT"), e.value
+    assert sorted(tmp_path.rglob("*")) == before and not Path("/tmp/escaped.parquet").exists()
+
+
+def test_an_agent_without_a_sink_directory_writes_no_sink_file(make_agent, secret) -> None:  # type: ignore[no-untyped-def]
+    agent = make_agent(ThreadInvoker())
+    with AgentClient(agent.address, secret) as client, pytest.raises(OffloadError) as e:
+        client.offload(1, 2, 3, Q5, bids(2_000), sink_file=chunk_name("bid", 1, 2, 3))
+    assert e.value.error_type == "NoSinkDir", e.value
+
+
+def test_a_chunk_of_offsets_past_2_31_is_offloaded_and_keyed_by_them(make_agent, secret) -> None:  # type: ignore[no-untyped-def]
+    agent = make_agent(ThreadInvoker())
+    data = bids(2_000)
+    start, end = 2**31 + 1_000, 2**33  # a long-running stream's offsets: past int32
+    with AgentClient(agent.address, secret) as client:
+        first = client.offload(start, end, 0, Q5, data)
+        assert sorted_rows(first.table) == sorted_rows(Q5.compile().run_table(data))
+        assert client.offload(start, end, 0, Q5, data).cached
+        assert not client.offload(start, end + 1, 0, Q5, data).cached  # the end offset is part of the key
 
 
 def test_without_a_fleet_chunks_run_in_the_agent(make_agent, secret) -> None:  # type: ignore[no-untyped-def]
@@ -219,3 +256,10 @@ def test_a_worker_from_another_build_refuses_to_start(make_agent) -> None:  # ty
     }
     with pytest.raises(SessionError, match="deploy the same build"):
         handler(descriptor, FakeContext(10))
+
+
+def test_the_session_secret_stays_out_of_the_configs_repr(secret) -> None:  # type: ignore[no-untyped-def]
+    from router.agent.config import AgentConfig
+
+    config = AgentConfig(secret=secret)
+    assert secret.decode() not in repr(config) and str(secret) not in repr(config)

@@ -160,3 +160,36 @@ def test_a_driver_killed_outright_takes_its_agent_and_workers_along(tmp_path) ->
             return
         time.sleep(0.1)
     pytest.fail(f"the agent's process group {group} outlived its driver by 30 s")
+
+
+@pytest.mark.slow  # the agent as its own process
+def test_an_agent_killed_outright_is_started_again_and_its_callers_go_on(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import signal
+
+    import pyarrow as pa
+
+    from router.client import AgentClient
+    from tests.router.conftest import Q5, bids, sorted_rows
+
+    config = AgentProcessConfig(
+        secret_file=write_secret(tmp_path / "secret"),
+        max_workers=1,
+        log_path=tmp_path / "w.log",
+        start_timeout_s=30,
+    )
+    agent = AgentProcess(config)
+    agent.start()
+    data = bids(2_000)
+    try:
+        with AgentClient(
+            agent.address, config.secret_file.read_text().strip().encode(), timeout_s=60
+        ) as client:
+            before = client.offload(1, 2, 0, Q5, data).table
+            first = agent.pid
+            assert first is not None
+            os.kill(first, signal.SIGKILL)  # nobody asks for a restart
+            after = client.offload(3, 4, 0, Q5, data).table  # asked again until the new agent answers
+        assert agent.crashes == 1 and agent.pid not in (None, first)
+        assert sorted_rows(after) == sorted_rows(before) and isinstance(after, pa.Table)
+    finally:
+        agent.stop()

@@ -8,6 +8,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from core.errors import InputError
 from merge.keyed_groups import GROUP
 from router.handoff_store import ChunkRef, HandoffStore
 
@@ -50,3 +51,21 @@ def test_state_versions_keep_the_last_two(tmp_path: Path) -> None:
 def test_a_missing_chunk_is_named(tmp_path: Path) -> None:
     with pytest.raises(KeyError, match="bid-0-1-0"):
         HandoffStore(tmp_path).records(ChunkRef("bid", 0, 1, 0), [1])
+
+
+@pytest.mark.parametrize(
+    ("entity", "start", "end", "seq"),
+    [
+        ("../../etc", 0, 1, 0),
+        ("bid/..", 0, 1, 0),
+        ("", 0, 1, 0),
+        ("bid", 5, 4, 0),
+        ("bid", -1, 4, 0),
+        ("bid", 0, 4, -1),
+    ],
+)
+def test_a_chunk_that_would_name_a_file_outside_the_store_is_refused(
+    entity: str, start: int, end: int, seq: int
+) -> None:
+    with pytest.raises(InputError):
+        ChunkRef(entity, start, end, seq)

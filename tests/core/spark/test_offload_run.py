@@ -44,6 +44,17 @@ OFFLOAD_FIELDS = {
 }
 
 
+class _SecretSeen:
+    """Run hooks that note the run's secret while it runs."""
+
+    def started(self, spark, session, origin) -> None:  # type: ignore[no-untyped-def]
+        self.file = session.secret_file
+        self.secret = self.file.read_bytes().strip()
+
+    def stopped(self) -> None:
+        pass
+
+
 def _run(
     tmp_path: Path,
     query: str,
@@ -64,7 +75,11 @@ def _run(
         pace=pace,
         offload=offload,
     )
-    summary = run_query(config)
+    secrets = _SecretSeen()
+    summary = run_query(config, hooks=secrets)
+    # The run's secret was in force, and is nowhere in what the run leaves behind.
+    assert secrets.secret and not secrets.file.exists()
+    assert not any(secrets.secret in f.read_bytes() for f in out.rglob("*") if f.is_file())
     expected = reference_for(query, gen, PARAMS)
     assert expected.num_rows > 0, "the reference is empty: the test would prove nothing"
     diff = diff_results(read_results(out), expected)
