@@ -8,7 +8,8 @@ Why `offload` retries: Offload is idempotent per (epoch, partition, chunk_seq, p
 way it can end that asking again fixes has its own status code (all codes are listed at `Offload` in
 core/wire/agent.proto): the agent is gone or restarting (UNAVAILABLE; with wait_for_ready a call made
 while it is down waits for it, and a wait past the deadline shows as DEADLINE_EXCEEDED), the chunk is
-not done yet (DEADLINE_EXCEEDED from the agent), or the agent does not know the program (NOT_FOUND: it
+not done yet (DEADLINE_EXCEEDED from the agent), the agent is serving as many calls as it has threads
+(RESOURCE_EXHAUSTED: its backpressure), or the agent does not know the program (NOT_FOUND: it
 restarted since the spec was sent). So it asks again, with capped exponential backoff, until
 `retry_budget_s` is spent, and sends the spec along after UNAVAILABLE or NOT_FOUND. Any other code is
 raised at once. The decision reads the status code only, never the message, so rewording an error
@@ -34,7 +35,7 @@ from lambda_worker.program import ProgramSpec
 RETRY_BACKOFF_S = 0.1
 """First pause before a retry; it doubles per retry up to RETRY_BACKOFF_CAP_S."""
 RETRY_BACKOFF_CAP_S = 5.0
-RETRIED_CODES = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "NOT_FOUND"})
+RETRIED_CODES = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "NOT_FOUND", "RESOURCE_EXHAUSTED"})
 """Status codes `offload` asks again after (NOT_FOUND only when it has the spec to send)."""
 PROGRAM_FORGOTTEN_CODES = frozenset({"UNAVAILABLE", "NOT_FOUND"})
 """Status codes after which the agent may not know any program: the next try sends the spec."""

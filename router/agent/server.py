@@ -24,15 +24,14 @@ from core.wire.arrow_ipc import checksum, decode, read_schema
 from core.wire.protocol import (
     ERROR_TYPE_METADATA,
     PROTOCOL_VERSION,
-    SECRET_METADATA,
     SERVER_OPTIONS,
     grpc_module,
     pb,
-    secret_matches,
     token_matches,
 )
 from router import stats
 from router.agent.config import AgentConfig
+from router.agent.gate import secret_gate
 from router.agent.keyed import GroupVersion, KeyedAgent
 from router.agent.programs import ProgramRegistry, UnknownProgram
 from router.agent.worker_link import CLOSE, StreamLink
@@ -86,10 +85,14 @@ class AgentServer:
     def start(self) -> int:
         grpc = grpc_module()
         _, agent_pb2_grpc = pb()
+        # Calls past the threads are refused at once (RESOURCE_EXHAUSTED, which callers ask again
+        # after), not queued without bound; callers without the secret are refused before their
+        # request is read (router/agent/gate.py).
         self._server = grpc.server(
             futures.ThreadPoolExecutor(self.config.grpc_threads, thread_name_prefix="agent-rpc"),
             options=SERVER_OPTIONS,
-            maximum_concurrent_rpcs=None,
+            interceptors=[secret_gate(self.config.secret, lambda: self.counters.add(stats.REJECTED_CALLERS))],
+            maximum_concurrent_rpcs=self.config.grpc_threads,
         )
         agent_pb2_grpc.add_AgentServicer_to_server(_Servicer(self), self._server)
         self.port = self._server.add_insecure_port(f"{self.config.host}:{self.config.port}")
@@ -206,16 +209,8 @@ class _Servicer:
         context.set_trailing_metadata(((ERROR_TYPE_METADATA, error_type),))
         context.abort(code, message)
 
-    def _check_caller(self, context: Any) -> None:
-        presented = dict(context.invocation_metadata()).get(SECRET_METADATA, "")
-        if not secret_matches(self.agent.config.secret, presented):
-            self.agent.counters.add(stats.REJECTED_CALLERS)
-            code = self.grpc.StatusCode.UNAUTHENTICATED
-            self._fail(context, code, "WrongSecret", "missing or wrong session secret")
-
     def Offload(self, request: Any, context: Any) -> Any:
         codes = self.grpc.StatusCode
-        self._check_caller(context)
         key = ChunkKey(request.epoch, request.partition, request.chunk_seq, request.program_id)
         if request.sink_file:
             self._check_sink(request.sink_file, context)
@@ -263,7 +258,6 @@ class _Servicer:
     # ---- keyed stages ----
 
     def _keyed(self, context: Any) -> KeyedAgent:
-        self._check_caller(context)
         if self.agent.keyed is None:
             code = self.grpc.StatusCode.FAILED_PRECONDITION
             self._fail(
@@ -343,7 +337,6 @@ class _Servicer:
             self._fail(context, self.grpc.StatusCode.INTERNAL, "SinkWriteFailed", f"cannot write {path}: {e}")
 
     def Stats(self, request: Any, context: Any) -> Any:
-        self._check_caller(context)
         s = self.agent.stats()
         counters = {k: int(v) for k, v in self.agent.counters.snapshot().items()}
         return self.pb2.StatsReply(

@@ -263,3 +263,52 @@ def test_the_session_secret_stays_out_of_the_configs_repr(secret) -> None:  # ty
 
     config = AgentConfig(secret=secret)
     assert secret.decode() not in repr(config) and str(secret) not in repr(config)
+
+
+def _raw_offload(address: str, metadata: tuple = ()):  # type: ignore[no-untyped-def, type-arg]
+    """A bare call to Offload that sends whatever bytes it is given (no client, no retries)."""
+    from core.wire.protocol import CHANNEL_OPTIONS, grpc_module
+
+    channel = grpc_module().insecure_channel(address, options=CHANNEL_OPTIONS)
+    call = channel.unary_unary("/sponge.agent.Agent/Offload", lambda b: b, lambda b: b)
+    return channel, lambda body, timeout: call.future(body, timeout=timeout, metadata=metadata)
+
+
+def test_a_caller_without_the_secret_is_refused_before_its_request_is_read(make_agent, secret) -> None:  # type: ignore[no-untyped-def]
+    grpc = grpc_module()
+    agent = make_agent(None)
+    channel, offload = _raw_offload(agent.address)
+    with channel:
+        # Not a request at all, and large: parsing it would fail, reading it would cost the agent.
+        refused = offload(b"\xff" * (32 << 20), 30)
+        assert refused.exception().code() == grpc.StatusCode.UNAUTHENTICATED
+    with AgentClient(agent.address, secret) as client:
+        assert client.stats()[stats.REJECTED_CALLERS] == 1
+
+
+def test_calls_past_the_agents_threads_are_refused_at_once_not_queued(make_agent, secret) -> None:  # type: ignore[no-untyped-def]
+    from core.wire.protocol import SECRET_METADATA
+
+    grpc = grpc_module()
+    # No worker ever starts (every invoke is throttled) and the local fallback is late: each call
+    # holds one of the agent's four threads until its deadline.
+    agent = make_agent(
+        ThreadInvoker(concurrency_limit=0), dispatch={"local_fallback_s": 60.0}, agent={"grpc_threads": 4}
+    )
+    agent_pb2, _ = pb()
+    payload = encode(bids(500), "zstd")
+
+    def request(epoch: int) -> bytes:
+        return agent_pb2.OffloadRequest(
+            epoch=epoch, program_id=Q5.program_id, program=Q5.dumps(), payload=payload
+        ).SerializeToString()
+
+    channel, offload = _raw_offload(agent.address, ((SECRET_METADATA, secret.decode()),))
+    with channel:
+        busy = [offload(request(epoch), 5) for epoch in range(4)]
+        time.sleep(1.0)
+        started = time.monotonic()
+        extra = offload(request(99), 30)
+        assert extra.exception().code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert time.monotonic() - started < 4  # answered at once, not after a queued wait
+        assert all(b.exception().code() == grpc.StatusCode.DEADLINE_EXCEEDED for b in busy)
