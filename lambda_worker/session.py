@@ -85,7 +85,7 @@ class WorkerSession:
         return self.context.get_remaining_time_in_millis() / 1000.0 - self.d.safety_margin_s
 
     def run(self) -> SessionSummary:
-        from core.wire.protocol import CHANNEL_OPTIONS, PROTOCOL_VERSION, grpc_module, pb
+        from core.wire.protocol import CHANNEL_OPTIONS, PROTOCOL_VERSION, grpc_module, open_channel, pb
 
         if self.d.protocol_version != PROTOCOL_VERSION:
             raise SessionError(
@@ -123,7 +123,8 @@ class WorkerSession:
 
         # No gRPC compression: payloads are Arrow IPC with zstd buffers already, and gzip over them
         # cost more CPU than the whole program on a Q1 chunk (bench/offload.py).
-        channel = grpc.insecure_channel(self.d.agent_address, options=CHANNEL_OPTIONS)
+        ca = self.d.tls_ca.encode() if self.d.tls_ca is not None else None
+        channel = open_channel(self.d.agent_address, CHANNEL_OPTIONS, ca)
         stub = agent_pb2_grpc.AgentStub(channel)
         # The stream's own deadline ends it before Lambda would kill us mid-stream.
         call = stub.Work(requests(), timeout=max(self._remaining_s(), 0.5), wait_for_ready=False)

@@ -22,14 +22,21 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
 from core.errors import ConfigError, SpongeError
 from core.wire.arrow_ipc import checksum, decode, encode
-from core.wire.protocol import CHANNEL_OPTIONS, ERROR_TYPE_METADATA, SECRET_METADATA, grpc_module, pb
+from core.wire.protocol import (
+    CHANNEL_OPTIONS,
+    ERROR_TYPE_METADATA,
+    SECRET_METADATA,
+    grpc_module,
+    open_channel,
+    pb,
+    read_credentials,
+)
 from lambda_worker.program import ProgramSpec
 
 RETRY_BACKOFF_S = 0.1
@@ -73,7 +80,8 @@ class OffloadResult:
 class AgentClient:
     """`timeout_s`: how long one Offload call may wait for its chunk; `retry_budget_s`: how long
     `offload` keeps asking again (see the module doc) before it raises the last error. `retries`
-    counts the calls made again, over the client's life.
+    counts the calls made again, over the client's life. With `ca_pem` the channel is TLS and trusts
+    only that CA (the run's, core/wire/run_pki.py); without it, plaintext.
     """
 
     def __init__(
@@ -84,6 +92,7 @@ class AgentClient:
         timeout_s: float = 120.0,
         compression: str = "zstd",
         retry_budget_s: float = 300.0,
+        ca_pem: bytes | None = None,
     ) -> None:
         if not timeout_s > 0:
             raise ConfigError(f"timeout_s must be positive, got {timeout_s}")
@@ -93,7 +102,7 @@ class AgentClient:
         _, agent_pb2_grpc = pb()
         self._grpc = grpc
         self._pb2, _ = pb()
-        self._channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS + RECONNECT_OPTIONS)
+        self._channel = open_channel(address, CHANNEL_OPTIONS + RECONNECT_OPTIONS, ca_pem)
         self._stub = agent_pb2_grpc.AgentStub(self._channel)
         self._metadata = ((SECRET_METADATA, secret.decode()),)
         self.timeout_s = timeout_s
@@ -280,6 +289,6 @@ def shared_client(address: str, secret_file: str, timeout_s: float) -> AgentClie
     key = (address, secret_file)
     with _shared_lock:
         if key not in _shared:
-            secret = Path(secret_file).read_text().strip().encode()
-            _shared[key] = AgentClient(address, secret, timeout_s=timeout_s)
+            secret, ca_pem = read_credentials(secret_file)
+            _shared[key] = AgentClient(address, secret, timeout_s=timeout_s, ca_pem=ca_pem)
         return _shared[key]

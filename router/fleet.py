@@ -65,12 +65,14 @@ class FleetManager:
         session_secret: bytes,
         agent_address: str,
         counters: stats.Counters,
+        tls_ca: str | None = None,
     ) -> None:
         self.invoker = invoker
         self.config = config
         self.session_id = session_id
         self._secret = session_secret
         self.agent_address = agent_address
+        self.tls_ca = tls_ca  # the CA workers trust when the agent speaks TLS
         self.counters = counters
         self._lock = threading.Lock()
         self._starting: dict[str, float] = {}  # invoked, not yet connected: id -> invoke time
@@ -93,6 +95,7 @@ class FleetManager:
             program=program,
             protocol_version=PROTOCOL_VERSION,
             compression=self.config.compression,
+            tls_ca=self.tls_ca,
         )
 
     def want(self, wanted: int, program: Mapping[str, Any] | None = None) -> int:

@@ -70,6 +70,15 @@ HandoffOpt = Annotated[
         "group's whole state moves with its first batch). bench.handoff measures both.",
     ),
 ]
+TransportOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--transport",
+        help="The data plane between the VM agent and its callers and workers: tls (a CA and server "
+        "certificate made for the run; plaintext callers are refused) or plaintext. Default: tls unless "
+        "the agent is reached on loopback only.",
+    ),
+]
 InvocationTypeOpt = Annotated[
     str,
     typer.Option(
@@ -209,6 +218,7 @@ def offload_config(
     invocation_type: str = "Event",
     default_workers: int = 2,
     handoff: str = "lazy",
+    transport: str | None = None,
 ):
     """The run's offloading (None without --offload-share); `workers` None takes `default_workers`.
     The offloading flags without --offload-share would do nothing, so they are refused."""
@@ -223,6 +233,7 @@ def offload_config(
                 ("--inject", bool(faults)),
                 ("--invocation-type", invocation_type != "Event"),
                 ("--handoff", handoff != "lazy"),
+                ("--transport", transport is not None),
                 ("--workers", workers is not None),
                 ("--target", target != "embedded"),
             )
@@ -239,4 +250,5 @@ def offload_config(
         faults=faults,
         invocation_type=invocation_type,
         fetch=handoff,
+        transport=transport,
     )

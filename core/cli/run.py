@@ -24,6 +24,7 @@ from core.cli.options import (
     SlideOpt,
     StateStoreOpt,
     TargetOpt,
+    TransportOpt,
     WindowOpt,
     WorkersOpt,
     check_master,
@@ -65,6 +66,7 @@ def run(
     target: TargetOpt = "embedded",
     invocation_type: InvocationTypeOpt = "Event",
     handoff: HandoffOpt = "lazy",
+    transport: TransportOpt = None,
     inject: InjectOpt = None,
     driver_memory: DriverMemoryOpt = None,
     executor_memory: ExecutorMemoryOpt = None,
@@ -114,7 +116,13 @@ def run(
         spark=SparkConfig(master=master, memory=memory, jvm_log=output / "_logs" / "jvm.log"),
         input=input_dir,
         offload=offload_config(
-            offload_share, workers, target, inject or [], invocation_type, handoff=handoff
+            offload_share,
+            workers,
+            target,
+            inject or [],
+            invocation_type,
+            handoff=handoff,
+            transport=transport,
         ),
         existing=Existing.RESUME if resume else Existing.REFUSE,
     )

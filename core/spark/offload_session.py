@@ -8,6 +8,7 @@ injected runner-side faults happen, and collect every component's counters into 
 
 from __future__ import annotations
 
+import ipaddress
 import shutil
 import tempfile
 import threading
@@ -35,9 +36,19 @@ from core.offload_plan import DEFAULT_OFFLOAD_COST, OffloadPlan
 from merge.keyed_batch import Fetch
 
 TARGETS = ("embedded", "localstack", "aws")  # localstack and aws: a stack deployed by `sponge deploy`
+TLS = "tls"
+TRANSPORTS = ("plaintext", TLS)
 OFFLOAD_DIR = "_offload"
 FAULT_DIR = "faults"
 WARM_POOL_WAIT_S = 30.0  # a warm pool that takes longer (a throttled deployment) warms during the run
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` is reachable from this machine only (no other machine can be on its path)."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 @dataclass(frozen=True)
@@ -63,6 +74,10 @@ class OffloadConfig:
     # "RequestResponse" (held for the session; a reached concurrency limit is an immediate 429).
     invocation_type: str = "Event"
     fetch: Fetch | str = Fetch.LAZY  # how a keyed stage's state goes to the workers (ADR 0025)
+    # The data plane's transport: "tls" (a per-run CA and server certificate, plaintext refused) or
+    # "plaintext"; None picks TLS unless the agent is reached on loopback only.
+    transport: str | None = None
+    host: str = "127.0.0.1"  # where the agent listens and VM-side callers reach it
 
     def __post_init__(self) -> None:
         if self.fetch not in {f.value for f in Fetch}:
@@ -70,6 +85,12 @@ class OffloadConfig:
                 f"unknown --handoff {self.fetch!r}", hint=f"use {' or '.join(f.value for f in Fetch)}"
             )
         object.__setattr__(self, "fetch", Fetch(self.fetch))
+        if self.transport is None:
+            object.__setattr__(self, "transport", "plaintext" if is_loopback(self.host) else TLS)
+        if self.transport not in TRANSPORTS:
+            raise ConfigError(
+                f"unknown transport {self.transport!r}", hint=f"use --transport {' or '.join(TRANSPORTS)}"
+            )
         if isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 1:
             raise ConfigError(f"--workers must be at least 1, got {self.workers!r}")
         if self.target not in TARGETS:
@@ -112,6 +133,7 @@ class OffloadSession:
 
     def start(self) -> None:
         """Start the agent; with a warm pool, return once it is warm (or after WARM_POOL_WAIT_S)."""
+        from core.wire.run_pki import make_server_pki
         from router.agent_process import AgentProcess, AgentProcessConfig, write_secret
         from router.routing_log import PLAN_FILE, read_current_plan, write_current_plan
 
@@ -123,6 +145,9 @@ class OffloadSession:
         # Beside the run, not in its output: readable by this user only, and gone when the run ends.
         self._secret_dir = Path(tempfile.mkdtemp(prefix="sponge-secret-"))
         self.secret_file = write_secret(self._secret_dir / "secret")
+        tls_dir = None
+        if self.config.transport == TLS:  # its CA beside the secret: every caller reading it trusts it
+            tls_dir = make_server_pki([self.config.host, "127.0.0.1", "localhost"]).write(self._secret_dir)
         self.agent = AgentProcess(
             AgentProcessConfig(
                 secret_file=self.secret_file,
@@ -137,6 +162,8 @@ class OffloadSession:
                 idle_timeout_s=self.config.idle_timeout_s,
                 handoff_dir=self.dir / "handoff",
                 sink_dir=self.out / OFFLOADED_DIR,
+                host=self.config.host,
+                tls_dir=tls_dir,
             )
         )
         self.agent.start()
@@ -235,6 +262,7 @@ class OffloadSession:
             "offload_share": self.config.share,
             "workers": self.config.workers,
             "target": self.config.target,
+            "transport": self.config.transport,
             "records_offloaded": totals.get("records_offloaded", 0),
             "operators_offloaded": operators_offloaded(totals),
             "handoffs": handoffs(totals),
@@ -325,5 +353,3 @@ class OffloadSession:
             return df.drop("window_end") if chain.kind == PARTIAL else df
 
         return make
-
-

@@ -16,7 +16,7 @@ from typing import Any
 from core.errors import ConfigError
 
 _REQUIRED = ("session_id", "agent_address", "secret", "worker_id")
-_OPTIONAL = ("idle_timeout_s", "safety_margin_s", "program", "protocol_version", "compression")
+_OPTIONAL = ("idle_timeout_s", "safety_margin_s", "program", "protocol_version", "compression", "tls_ca")
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,8 @@ class SessionDescriptor:
     `idle_timeout_s`: leave after this long without a chunk (the agent re-invokes when load returns).
     `safety_margin_s`: leave when less than this remains before the function's timeout, so the
     agent sees a clean goodbye instead of a killed stream. `program`: a program spec to compile
-    before dialing, so the first chunk does not pay for it.
+    before dialing, so the first chunk does not pay for it. `tls_ca`: the PEM certificate of the CA
+    the agent's TLS certificate comes from (public); None, a plaintext agent (loopback runs).
     """
 
     session_id: str
@@ -38,6 +39,7 @@ class SessionDescriptor:
     program: Mapping[str, Any] | None = None
     protocol_version: int = 1
     compression: str = "zstd"
+    tls_ca: str | None = None
 
     def __post_init__(self) -> None:
         for name in _REQUIRED:
@@ -66,6 +68,10 @@ class SessionDescriptor:
             raise ConfigError(f"protocol_version must be an integer, got {self.protocol_version!r}")
         if self.compression not in ("zstd", "lz4", "none"):
             raise ConfigError(f"unknown compression {self.compression!r}", hint="use zstd, lz4 or none")
+        if self.tls_ca is not None and (
+            not isinstance(self.tls_ca, str) or "BEGIN CERTIFICATE" not in self.tls_ca
+        ):
+            raise ConfigError("session descriptor field 'tls_ca' must be a PEM certificate")
 
     @classmethod
     def from_event(cls, event: Mapping[str, Any]) -> SessionDescriptor:
@@ -95,4 +101,6 @@ class SessionDescriptor:
         }
         if self.program is not None:
             event["program"] = dict(self.program)
+        if self.tls_ca is not None:
+            event["tls_ca"] = self.tls_ca
         return event

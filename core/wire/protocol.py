@@ -1,4 +1,4 @@
-"""What both ends of the agent protocol share: generated modules, channel options, worker tokens.
+"""What both ends of the agent protocol share: generated modules, channel options, worker tokens, TLS.
 
 Why the generated modules are imported lazily through `pb()`: they exist only after `make setup`
 ran core/wire/build_proto.py, and a missing or stale copy must fail with one line that says so, not an
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -88,3 +89,25 @@ def secret_matches(session_secret: bytes, presented: str | bytes) -> bool:
     """Constant-time check of the session secret presented by a VM-side caller."""
     raw = presented.encode() if isinstance(presented, str) else presented
     return hmac.compare_digest(session_secret, raw)
+
+
+CA_FILE = "ca.pem"
+"""Beside a run's secret file: the certificate authority its agent's TLS certificate comes from
+(core/wire/run_pki.py). Its presence is what makes the run's callers speak TLS."""
+
+
+def read_credentials(secret_file: str | Path) -> tuple[bytes, bytes | None]:
+    """A VM-side caller's credentials: the session secret, and the CA to trust (None: plaintext)."""
+    path = Path(secret_file)
+    ca = path.parent / CA_FILE
+    return path.read_text().strip().encode(), ca.read_bytes() if ca.is_file() else None
+
+
+def open_channel(address: str, options: list[tuple[str, Any]], ca_pem: bytes | None) -> Any:
+    """A channel to the agent: TLS, trusting only `ca_pem`, when given; plaintext otherwise."""
+    grpc = grpc_module()
+    if ca_pem is None:
+        return grpc.insecure_channel(address, options=options)
+    return grpc.secure_channel(
+        address, grpc.ssl_channel_credentials(root_certificates=ca_pem), options=options
+    )

@@ -92,6 +92,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         help="keyed stages: where stashed records and key groups' states are kept",
     )
     p.add_argument(
+        "--tls-dir",
+        default=None,
+        help="serve TLS only, with DIR/server.pem and DIR/server.key; workers are told to trust DIR/ca.pem "
+        "(a run makes all three, core/wire/run_pki.py); without it the agent speaks plaintext",
+    )
+    p.add_argument(
         "--sink-dir",
         default=None,
         help="stateless chains that end at the sink: the one directory the agent writes their chunk "
@@ -163,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
             faults=parse_all(args.inject),
             handoff_dir=Path(args.handoff_dir) if args.handoff_dir else None,
             sink_dir=Path(args.sink_dir) if args.sink_dir else None,
+            tls_dir=Path(args.tls_dir) if args.tls_dir else None,
         )
         check_can_kill(config.faults, can_kill=args.invoker == "embedded")
     except SpongeError as e:  # before any backend is built: a typo must not start processes or clients

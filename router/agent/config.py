@@ -44,6 +44,9 @@ class AgentConfig:
     faults: tuple[FaultSpec, ...] = ()
     fault_seed: int = 1
     handoff_dir: Path | None = None  # where keyed stages' stashed records and group states live (ADR 0024)
+    tls_dir: Path | None = (
+        None  # serve TLS with the certificate there (core/wire/run_pki.py); None: plaintext
+    )
     sink_dir: Path | None = None  # the only directory chunk files go to (core/direct_sink.py); None: none
 
     def __post_init__(self) -> None:

@@ -22,6 +22,7 @@ from core.direct_sink import is_chunk_name, write_chunk
 from core.errors import ConfigError, InputError, SpongeError
 from core.wire.arrow_ipc import checksum, decode, read_schema
 from core.wire.protocol import (
+    CA_FILE,
     ERROR_TYPE_METADATA,
     PROTOCOL_VERSION,
     SERVER_OPTIONS,
@@ -29,6 +30,7 @@ from core.wire.protocol import (
     pb,
     token_matches,
 )
+from core.wire.run_pki import CERT_FILE, KEY_FILE
 from router import stats
 from router.agent.config import AgentConfig
 from router.agent.gate import secret_gate
@@ -95,7 +97,13 @@ class AgentServer:
             maximum_concurrent_rpcs=self.config.grpc_threads,
         )
         agent_pb2_grpc.add_AgentServicer_to_server(_Servicer(self), self._server)
-        self.port = self._server.add_insecure_port(f"{self.config.host}:{self.config.port}")
+        bind = f"{self.config.host}:{self.config.port}"
+        tls = self.config.tls_dir
+        if tls is None:
+            self.port = self._server.add_insecure_port(bind)
+        else:  # TLS only: a plaintext client cannot even complete its handshake
+            pair = ((tls / KEY_FILE).read_bytes(), (tls / CERT_FILE).read_bytes())
+            self.port = self._server.add_secure_port(bind, grpc.ssl_server_credentials([pair]))
         if self.port == 0:
             raise SpongeError(
                 f"cannot bind {self.config.host}:{self.config.port}", hint="pick another --port"
@@ -108,6 +116,7 @@ class AgentServer:
             session_secret=self.config.secret,
             agent_address=advertise,
             counters=self.counters,
+            tls_ca=(tls / CA_FILE).read_text() if tls is not None else None,
         )
         self._server.start()
         self.faults.start(self._fleet_invoker, self.dispatcher.workers)

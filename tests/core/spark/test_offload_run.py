@@ -105,7 +105,11 @@ CASES = [
 def test_offloaded_output_equals_reference(
     spark, tmp_path: Path, query: str, seed: int, share: float
 ) -> None:
-    summary = _run(tmp_path, query, seed, OffloadConfig(share=share, workers=2), 12_000, pace=False)
+    # The runs that offload everything go over TLS, as a run whose agent is off loopback does.
+    transport = "tls" if share == 1.0 else None
+    offload = OffloadConfig(share=share, workers=2, transport=transport)
+    summary = _run(tmp_path, query, seed, offload, 12_000, pace=False)
+    assert summary["transport"] == (transport or "plaintext")
     routed = summary["records_routed_to_workers"]
     if share == 0.0:
         assert routed == 0 and summary["records_offloaded"] == 0 and summary["chunks_dispatched"] == 0
