@@ -15,7 +15,9 @@ import argparse
 import json
 import secrets
 import statistics
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -23,6 +25,8 @@ import pyarrow as pa
 
 from core.nexmark.generator import GeneratorConfig, generate
 from core.wire.arrow_ipc import encode
+from core.wire.protocol import CA_FILE
+from core.wire.run_pki import make_server_pki
 from lambda_worker.program import ProgramSpec
 from router.agent.config import AgentConfig
 from router.agent.server import AgentServer
@@ -49,24 +53,36 @@ def _pct(values: list[float], q: float) -> float:
     return float(np.quantile(values, q, method="nearest"))
 
 
-def measure(chunk_mb: float, rounds: int, workers: int, program: str, local: bool) -> dict[str, Any]:
+def measure(
+    chunk_mb: float, rounds: int, workers: int, program: str, local: bool, tls: bool = False
+) -> dict[str, Any]:
+    """With `tls`, the agent serves TLS under a CA made for the measurement, as a run's does."""
     secret = secrets.token_hex(16).encode()
     fleet = None if local else EmbeddedFleet(EmbeddedFleetConfig(concurrency_limit=workers))
+    scratch = tempfile.TemporaryDirectory(prefix="sponge-measure-")
+    tls_dir = make_server_pki(["127.0.0.1"]).write(Path(scratch.name)) if tls else None
     config = AgentConfig(
         secret=secret,
         dispatch=DispatchConfig(local_fallback_s=0.0 if local else 30.0),
         fleet=FleetConfig(max_workers=workers, idle_timeout_s=1.0),
+        tls_dir=tls_dir,
     )
+    ca_pem = (tls_dir / CA_FILE).read_bytes() if tls_dir is not None else None
     spec = PROGRAMS[program]
     data = _chunk(chunk_mb)
     out: dict[str, Any] = {
         "program": program,
         "path": "agent-local" if local else "embedded-fleet",
+        "transport": "tls" if tls else "plaintext",
         "chunk_rows": data.num_rows,
         "chunk_arrow_mb": round(data.nbytes / 2**20, 3),
         "chunk_ipc_zstd_mb": round(len(encode(data, "zstd")) / 2**20, 3),
     }
-    with AgentServer(config, fleet) as agent, AgentClient(agent.address, secret) as client:
+    with (
+        scratch,
+        AgentServer(config, fleet) as agent,
+        AgentClient(agent.address, secret, ca_pem=ca_pem) as client,
+    ):
         seq = 0
         if fleet is not None:
             # Cold: new processes. Then let the workers idle out and come back warm.
@@ -110,8 +126,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--program", choices=sorted(PROGRAMS), default="q5")
     p.add_argument("--local", action="store_true", help="no fleet: every chunk runs in the agent")
+    p.add_argument("--tls", action="store_true", help="the agent serves TLS (a run's default off loopback)")
     args = p.parse_args(argv)
-    print(json.dumps(measure(args.chunk_mb, args.rounds, args.workers, args.program, args.local), indent=2))
+    report = measure(args.chunk_mb, args.rounds, args.workers, args.program, args.local, args.tls)
+    print(json.dumps(report, indent=2))
     return 0
 
 
