@@ -127,8 +127,9 @@ class AgentProcessConfig:
     function_timeout_s: float = 60.0
     concurrency_limit: int | None = None
     log_path: Path | None = None
-    host: str = "127.0.0.1"
+    host: str = "127.0.0.1"  # the address it listens on (0.0.0.0: every interface)
     port: int = field(default_factory=free_port)
+    advertise: str | None = None  # the host its callers and workers dial (default: `host`)
     start_timeout_s: float = 60.0
     prewarm: int = 0  # warm pool: environments started and warmed at start-up
     idle_timeout_s: float = 10.0  # a worker's session idles out after this long without chunks
@@ -146,6 +147,10 @@ class AgentProcessConfig:
         return (self.tls_dir / CA_FILE).read_bytes() if self.tls_dir is not None else None
 
     @property
+    def dial_host(self) -> str:
+        return self.advertise or self.host
+
+    @property
     def invoker(self) -> str:
         return "embedded" if self.function is None else "boto3"
 
@@ -154,6 +159,7 @@ class AgentProcessConfig:
             sys.executable, "-m", "router.agent",
             "--host", self.host,
             "--port", str(self.port),
+            "--advertise", f"{self.dial_host}:{self.port}",
             "--secret-file", str(self.secret_file),
             "--invoker", self.invoker,
             "--max-workers", str(self.max_workers),
@@ -309,7 +315,7 @@ class AgentProcess:
 
     def __init__(self, config: AgentProcessConfig) -> None:
         self.config = config
-        self.address = f"{config.host}:{config.port}"
+        self.address = f"{config.dial_host}:{config.port}"
         self._proc: subprocess.Popen[bytes] | None = None
         self._finished: list[dict[str, int]] = []  # last counters of every earlier incarnation
         self._last: dict[str, int] = {}
@@ -332,7 +338,7 @@ class AgentProcess:
         log_path = config.log_path.with_suffix(".agent.log") if config.log_path is not None else None
         env = {**os.environ, **dict(config.function.env if config.function else ())}
         proc, port = launch(
-            config.argv(), host=config.host, timeout_s=config.start_timeout_s, env=env,
+            config.argv(), host=config.dial_host, timeout_s=config.start_timeout_s, env=env,
             stderr_path=log_path, cpus=config.cpus, ca_pem=config.ca_pem(),
         )  # fmt: skip
         if port != config.port:

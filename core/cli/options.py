@@ -79,6 +79,22 @@ TransportOpt = Annotated[
         "the agent is reached on loopback only.",
     ),
 ]
+BindOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--bind",
+        help="Address the VM agent listens on. Default: 127.0.0.1 for --target embedded, 0.0.0.0 (every "
+        "interface) for a deployed function, whose workers dial in from their own network.",
+    ),
+]
+AdvertiseOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--advertise",
+        help="Host the agent's workers and callers dial, e.g. the VM's private address in the Lambda's "
+        "VPC. Default: --bind, or this machine's routable address when --bind is 0.0.0.0.",
+    ),
+]
 InvocationTypeOpt = Annotated[
     str,
     typer.Option(
@@ -219,6 +235,8 @@ def offload_config(
     default_workers: int = 2,
     handoff: str = "lazy",
     transport: str | None = None,
+    bind: str | None = None,
+    advertise: str | None = None,
 ):
     """The run's offloading (None without --offload-share); `workers` None takes `default_workers`.
     The offloading flags without --offload-share would do nothing, so they are refused."""
@@ -234,6 +252,8 @@ def offload_config(
                 ("--invocation-type", invocation_type != "Event"),
                 ("--handoff", handoff != "lazy"),
                 ("--transport", transport is not None),
+                ("--bind", bind is not None),
+                ("--advertise", advertise is not None),
                 ("--workers", workers is not None),
                 ("--target", target != "embedded"),
             )
@@ -251,4 +271,6 @@ def offload_config(
         invocation_type=invocation_type,
         fetch=handoff,
         transport=transport,
+        bind=bind,
+        advertise=advertise,
     )

@@ -9,6 +9,8 @@ from typing import Annotated
 import typer
 
 from core.cli.options import (
+    AdvertiseOpt,
+    BindOpt,
     DriverMemoryOpt,
     EventsOpt,
     ExecutorMemoryOpt,
@@ -67,6 +69,8 @@ def run(
     invocation_type: InvocationTypeOpt = "Event",
     handoff: HandoffOpt = "lazy",
     transport: TransportOpt = None,
+    bind: BindOpt = None,
+    advertise: AdvertiseOpt = None,
     inject: InjectOpt = None,
     driver_memory: DriverMemoryOpt = None,
     executor_memory: ExecutorMemoryOpt = None,
@@ -123,6 +127,8 @@ def run(
             invocation_type,
             handoff=handoff,
             transport=transport,
+            bind=bind,
+            advertise=advertise,
         ),
         existing=Existing.RESUME if resume else Existing.REFUSE,
     )

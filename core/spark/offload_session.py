@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import shutil
+import socket
 import tempfile
 import threading
 import time
@@ -43,6 +44,22 @@ FAULT_DIR = "faults"
 WARM_POOL_WAIT_S = 30.0  # a warm pool that takes longer (a throttled deployment) warms during the run
 
 
+def routable_address() -> str:
+    """This machine's address on its default route: what another machine of its network dials.
+
+    A UDP socket's connect sends nothing; it only picks the interface the route goes out of.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("192.0.2.1", 9))  # TEST-NET-1: any address off this machine would do
+            return str(s.getsockname()[0])
+        except OSError as e:
+            raise ConfigError(
+                f"cannot tell this machine's routable address ({e.strerror})",
+                hint="pass --advertise HOST: the address workers reach this machine at",
+            ) from None
+
+
 def is_loopback(host: str) -> bool:
     """Whether `host` is reachable from this machine only (no other machine can be on its path)."""
     try:
@@ -74,10 +91,14 @@ class OffloadConfig:
     # "RequestResponse" (held for the session; a reached concurrency limit is an immediate 429).
     invocation_type: str = "Event"
     fetch: Fetch | str = Fetch.LAZY  # how a keyed stage's state goes to the workers (ADR 0025)
+    # Where the agent listens, and the host its callers and workers dial. None: the embedded target
+    # listens on and advertises loopback; a deployed one listens everywhere and advertises this
+    # machine's routable address, which a worker in the Lambda's network can reach.
+    bind: str | None = None
+    advertise: str | None = None
     # The data plane's transport: "tls" (a per-run CA and server certificate, plaintext refused) or
-    # "plaintext"; None picks TLS unless the agent is reached on loopback only.
+    # "plaintext"; None picks TLS unless the advertised address is loopback.
     transport: str | None = None
-    host: str = "127.0.0.1"  # where the agent listens and VM-side callers reach it
 
     def __post_init__(self) -> None:
         if self.fetch not in {f.value for f in Fetch}:
@@ -85,8 +106,13 @@ class OffloadConfig:
                 f"unknown --handoff {self.fetch!r}", hint=f"use {' or '.join(f.value for f in Fetch)}"
             )
         object.__setattr__(self, "fetch", Fetch(self.fetch))
+        if self.bind is None:
+            object.__setattr__(self, "bind", "127.0.0.1" if self.target == "embedded" else "0.0.0.0")
+        if self.advertise is None:
+            wildcard = self.bind in ("0.0.0.0", "::")
+            object.__setattr__(self, "advertise", routable_address() if wildcard else self.bind)
         if self.transport is None:
-            object.__setattr__(self, "transport", "plaintext" if is_loopback(self.host) else TLS)
+            object.__setattr__(self, "transport", "plaintext" if is_loopback(self.advertise) else TLS)
         if self.transport not in TRANSPORTS:
             raise ConfigError(
                 f"unknown transport {self.transport!r}", hint=f"use --transport {' or '.join(TRANSPORTS)}"
@@ -147,7 +173,8 @@ class OffloadSession:
         self.secret_file = write_secret(self._secret_dir / "secret")
         tls_dir = None
         if self.config.transport == TLS:  # its CA beside the secret: every caller reading it trusts it
-            tls_dir = make_server_pki([self.config.host, "127.0.0.1", "localhost"]).write(self._secret_dir)
+            names = {self.config.advertise, self.config.bind, "127.0.0.1", "localhost"} - {"0.0.0.0", "::"}
+            tls_dir = make_server_pki(names).write(self._secret_dir)
         self.agent = AgentProcess(
             AgentProcessConfig(
                 secret_file=self.secret_file,
@@ -162,7 +189,8 @@ class OffloadSession:
                 idle_timeout_s=self.config.idle_timeout_s,
                 handoff_dir=self.dir / "handoff",
                 sink_dir=self.out / OFFLOADED_DIR,
-                host=self.config.host,
+                host=self.config.bind,
+                advertise=self.config.advertise,
                 tls_dir=tls_dir,
             )
         )
@@ -263,6 +291,7 @@ class OffloadSession:
             "workers": self.config.workers,
             "target": self.config.target,
             "transport": self.config.transport,
+            "agent_address": self.agent.address if self.agent is not None else None,
             "records_offloaded": totals.get("records_offloaded", 0),
             "operators_offloaded": operators_offloaded(totals),
             "handoffs": handoffs(totals),

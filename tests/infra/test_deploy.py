@@ -209,6 +209,8 @@ def _run(
     diff = diff_results(read_results(out), expected)
     assert diff is None, f"{query} on localstack: {diff}"
     assert summary["target"] == "localstack"
+    # Workers dialled the agent on this machine's routable address, over TLS (the deployed default).
+    assert summary["transport"] == "tls" and not summary["agent_address"].startswith("127."), summary
     return summary
 
 
