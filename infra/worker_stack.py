@@ -50,9 +50,9 @@ FUNCTION_NAME = "${AWS::StackName}-worker"
 STACK_DESCRIPTION = (
     "Sponge on Spark - transient Lambda workers, staging bucket and the Spark cluster's policy"
 )
-ROLE_DESCRIPTION = "Execution role of the Sponge workers - their own log group and the staging bucket only"
+ROLE_DESCRIPTION = "Execution role of the Sponge workers - their own log group only"
 POLICY_DESCRIPTION = (
-    "Lets the Spark cluster invoke the Sponge workers of this stack and use its staging bucket"
+    "Lets the Spark cluster invoke the Sponge workers of this stack (their alias live) and nothing else"
 )
 ENI_POLICY = "arn:${AWS::Partition}:iam::aws:policy/service-role/AWSLambdaENIManagementAccess"
 FUNCTION_ARN = "arn:${AWS::Partition}:lambda:${AWS::Region}:${AWS::AccountId}:function:" + FUNCTION_NAME
@@ -169,12 +169,6 @@ class WorkerStack(Stack):
                                 "Action": ["logs:CreateLogStream", "logs:PutLogEvents"],
                                 "Resource": log_group.attr_arn,
                             },
-                            {
-                                "Sid": "StagingObjects",
-                                "Effect": "Allow",
-                                "Action": ["s3:GetObject", "s3:PutObject"],
-                                "Resource": Fn.sub("${StagingBucket.Arn}/*"),
-                            },
                         ],
                     },
                 )
@@ -224,7 +218,6 @@ class WorkerStack(Stack):
                     "POWERTOOLS_SERVICE_NAME": "sponge-worker",
                     "POWERTOOLS_METRICS_NAMESPACE": "Sponge",
                     "POWERTOOLS_TRACE_DISABLED": "true",
-                    "SPONGE_STAGING_BUCKET": bucket.ref,
                 }
             ),
         )
@@ -289,24 +282,8 @@ class WorkerStack(Stack):
                     {
                         "Sid": "InvokeWorkers",
                         "Effect": "Allow",
-                        "Action": [
-                            "lambda:InvokeFunction",
-                            "lambda:GetFunction",
-                            "lambda:GetFunctionConfiguration",
-                        ],
-                        "Resource": [Fn.sub(FUNCTION_ARN), Fn.sub(FUNCTION_ARN + ":*")],
-                    },
-                    {
-                        "Sid": "ListStagingBucket",
-                        "Effect": "Allow",
-                        "Action": ["s3:ListBucket", "s3:GetBucketLocation"],
-                        "Resource": bucket.attr_arn,
-                    },
-                    {
-                        "Sid": "StagingObjects",
-                        "Effect": "Allow",
-                        "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"],
-                        "Resource": Fn.sub("${StagingBucket.Arn}/*"),
+                        "Action": "lambda:InvokeFunction",
+                        "Resource": Fn.sub(FUNCTION_ARN + ":" + ALIAS),
                     },
                 ],
             },

@@ -209,45 +209,25 @@ def _allowed(document: dict[str, Any]) -> dict[str, set[str]]:
     return allowed
 
 
-def test_the_spark_cluster_policy_allows_only_this_function_and_bucket(sam: dict[str, Any]) -> None:
+def test_the_spark_cluster_policy_allows_only_invoking_this_functions_alias(sam: dict[str, Any]) -> None:
     stack = _deployed(sam)
     policy = only(stack, "AWS::IAM::ManagedPolicy")["Properties"]
-    allowed = _allowed(policy["PolicyDocument"])
-    function = {
-        repr({"Fn::Sub": FUNCTION_ARN}),
-        repr({"Fn::Sub": FUNCTION_ARN + ":*"}),
-    }  # and its versions/alias
-    bucket = {repr({"Fn::GetAtt": ["StagingBucket", "Arn"]})}
-    objects = {repr({"Fn::Sub": "${StagingBucket.Arn}/*"})}
-    assert allowed == {
-        "lambda:InvokeFunction": function,
-        "lambda:GetFunction": function,
-        "lambda:GetFunctionConfiguration": function,
-        "s3:ListBucket": bucket,
-        "s3:GetBucketLocation": bucket,
-        "s3:GetObject": objects,
-        "s3:PutObject": objects,
-        "s3:DeleteObject": objects,
+    # The agent invokes the alias (its --qualifier), never the unqualified function or another version.
+    assert _allowed(policy["PolicyDocument"]) == {
+        "lambda:InvokeFunction": {repr({"Fn::Sub": FUNCTION_ARN + ":live"})}
     }
     assert "Roles" not in policy  # attached by the user unless SparkClusterRoleName is given
     attached = only(_deployed(sam, SparkClusterRoleName="EMR_EC2_DefaultRole"), "AWS::IAM::ManagedPolicy")
     assert attached["Properties"]["Roles"] == [{"Ref": "SparkClusterRoleName"}]
 
 
-def test_the_worker_role_writes_only_its_logs_and_staged_objects(sam: dict[str, Any]) -> None:
+def test_the_worker_role_writes_only_its_logs(sam: dict[str, Any]) -> None:
     role = only(_deployed(sam), "AWS::IAM::Role")["Properties"]
     (trust,) = statements(role["AssumeRolePolicyDocument"])
     assert trust["Principal"] == {"Service": "lambda.amazonaws.com"}
     (inline,) = role["Policies"]
-    allowed = _allowed(inline["PolicyDocument"])
     logs = {repr({"Fn::GetAtt": ["WorkerLogGroup", "Arn"]})}
-    objects = {repr({"Fn::Sub": "${StagingBucket.Arn}/*"})}
-    assert allowed == {
-        "logs:CreateLogStream": logs,
-        "logs:PutLogEvents": logs,
-        "s3:GetObject": objects,
-        "s3:PutObject": objects,
-    }
+    assert _allowed(inline["PolicyDocument"]) == {"logs:CreateLogStream": logs, "logs:PutLogEvents": logs}
 
 
 def test_outputs_name_what_the_spark_side_needs(sam: dict[str, Any]) -> None:
