@@ -141,6 +141,7 @@ class AgentClient:
                 payload=payload,
                 program="" if pid in self._known else program.dumps(),
                 sink_file=sink_file,
+                rows=data.num_rows,
             )
 
         reply = self._retrying(self._stub.Offload, request, timeout_s, resendable=True)

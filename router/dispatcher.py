@@ -19,6 +19,7 @@ the queue and (on timeout) its stream. The dispatcher knows nothing of gRPC: a w
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import threading
 import time
@@ -31,6 +32,17 @@ from dataclasses import dataclass, field
 from core.errors import ConfigError, SpongeError
 from core.wire.arrow_ipc import checksum
 from router import stats
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a worker's result is refused: `corrupt` (it does not read as Arrow: lost on the way, like a
+    failed checksum) or not (it reads, but is not what the chunk's program makes)."""
+
+    reason: str
+    corrupt: bool = False
 
 
 @dataclass(frozen=True)
@@ -83,6 +95,9 @@ class ChunkTask:
     deadline: float = 0.0
     worker_id: str | None = None
     worker_error: tuple[str, str] | None = None
+    # Whether a worker's result (payload, the records it says it read) is what the chunk's program
+    # makes (router/agent/result_check.py): None, or why not; a refused result is redone, never cached.
+    check: Callable[[bytes, int], Refusal | None] | None = None
 
 
 class WorkerLink(ABC):
@@ -243,9 +258,27 @@ class Dispatcher:
             owned = self._owned(worker_id, chunk_id)
             if owned is None:
                 return
-            _, task = owned
+            link, task = owned
             if epoch != task.epoch or not intact:
                 self.counters.add(stats.CORRUPT_RESULTS)
+                self._requeue(task)
+                self._pump()
+                return
+        # Out of the lock (it reads the payload); the chunk is out of flight, so only this call has it.
+        refused = task.check(payload, rows_in) if task.check is not None else None
+        with self._lock:
+            if refused is not None:
+                logger.warning(
+                    "worker %s: result of chunk %d refused, redone: %s", worker_id, chunk_id, refused.reason
+                )
+                if refused.corrupt:
+                    self.counters.add(stats.CORRUPT_RESULTS)
+                else:  # its code is not ours, or broken: it gets nothing more, and is asked to leave
+                    self.counters.add(stats.REJECTED_RESULTS)
+                    link.retiring = True
+                    with contextlib.suppress(ValueError):
+                        self._idle.remove(worker_id)
+                    link.send_drain("its result was rejected")
                 self._requeue(task)
                 self._pump()
                 return

@@ -28,6 +28,9 @@ WORKER_FAILURES = "worker_failures"
 CHUNK_TIMEOUTS = "chunk_timeouts"
 LATE_RESULTS = "late_results"
 CORRUPT_RESULTS = "corrupt_results"
+REJECTED_RESULTS = "rejected_results"
+"""Results that arrived whole but are not what the chunk's program makes (wrong schema, a count of
+records read that is not the chunk's, key groups the seal did not name): redone, never cached."""
 RECORDS_OFFLOADED = "records_offloaded"
 """Rows in of the chunks whose result came from a worker (once per chunk)."""
 RECORDS_RUN_LOCALLY = "records_run_locally"
@@ -60,6 +63,7 @@ ALL = (
     CHUNK_TIMEOUTS,
     LATE_RESULTS,
     CORRUPT_RESULTS,
+    REJECTED_RESULTS,
     RECORDS_OFFLOADED,
     RECORDS_RUN_LOCALLY,
     WORKER_CPU_US,

@@ -304,6 +304,7 @@ class OffloadSession:
             "chunks_redispatched": totals.get("chunks_redispatched", 0),
             "chunks_run_locally": totals.get("chunks_run_locally", 0),
             "chunk_timeouts": totals.get("chunk_timeouts", 0),
+            "results_rejected": totals.get("rejected_results", 0),
             "worker_failures": totals.get("worker_failures", 0),
             "throttles": totals.get("throttles", 0),
             "cache_hits": totals.get("cache_hits", 0),

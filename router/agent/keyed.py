@@ -28,13 +28,15 @@ from lambda_worker.program import ProgramSpec
 from merge.frames import pack, unpack
 from merge.keyed_groups import Frames, groups_answer, read_answer, seal_request
 from router import stats
+from router.agent import result_check
 from router.handoff_store import ChunkRef, HandoffStore
 from router.result_cache import ChunkKey
 
 SEAL_SEQ = -1  # the chunk_seq of a seal's key: no source chunk has a negative number
 STATE_WRITERS = 8  # a seal's groups' new versions written at once
 
-Offload = Callable[[ChunkKey, str, bytes], tuple[futures.Future[Any], bool]]
+# The agent's submit: (key, program, payload, records counted, result check) -> (outcome, cached)
+Offload = Callable[[ChunkKey, str, bytes, int | None, Any], tuple[futures.Future[Any], bool]]
 
 
 @dataclass(frozen=True)
@@ -124,7 +126,10 @@ class KeyedAgent:
         rows = decoded if isinstance(decoded, pl.DataFrame) else None
         needed, rest = program.select(state, program.touched(by_entity, rows), watermark_ms)
         request = seal_request(needed, by_entity, rows, watermark_ms)
-        fut, _ = self.offload(_seal_key(spec, groups), program_json, encode(request, self.compression))
+        check = result_check.sealed(program, [gv.group for gv in groups])
+        fut, _ = self.offload(
+            _seal_key(spec, groups), program_json, encode(request, self.compression), None, check
+        )
         done: futures.Future[Any] = futures.Future()
 
         def stored(f: futures.Future[Any]) -> None:

@@ -31,7 +31,9 @@ from core.wire.protocol import (
     token_matches,
 )
 from core.wire.run_pki import CERT_FILE, KEY_FILE
+from lambda_worker.transient import TransientProgram
 from router import stats
+from router.agent import result_check
 from router.agent.config import AgentConfig
 from router.agent.gate import secret_gate
 from router.agent.keyed import GroupVersion, KeyedAgent
@@ -63,6 +65,7 @@ class AgentServer:
         self.faults = AgentFaults(config.faults, self.counters, config.fault_seed)
         self._fleet_invoker = self.faults.invoker(invoker)
         self.programs = ProgramRegistry()
+        self._schemas: dict[tuple[str, Any], Any] = {}  # (program, input schema) -> the output schema
         self.dispatcher = Dispatcher(config.dispatch, self.counters, self._run_local)
         self.cache = ResultCache(config.result_cache_bytes, lambda o: len(o.payload))
         self.keyed = (
@@ -165,8 +168,18 @@ class AgentServer:
         payload, rows_in, rows_out = self.programs.run(task.program_id, task.payload, self.config.compression)
         return ChunkOutcome(payload, "", True, task.redispatches, rows_in, rows_out, checksum(payload))
 
-    def offload(self, key: ChunkKey, program_json: str, payload: bytes) -> tuple[futures.Future[Any], bool]:
-        """Submit a chunk (or join the identical one already known); returns (future outcome, cached)."""
+    def offload(
+        self,
+        key: ChunkKey,
+        program_json: str,
+        payload: bytes,
+        rows: int | None = None,
+        check: result_check.Check | None = None,
+    ) -> tuple[futures.Future[Any], bool]:
+        """Submit a chunk (or join the identical one already known); returns (future outcome, cached).
+
+        A worker's result must pass `check` (default: what the chunk's program makes of its input,
+        with `rows` records read when the caller counted them; router/agent/result_check.py)."""
         spec_json = self.programs.register(key.program_id, program_json)
         fut, claimed = self.cache.lookup_or_claim(key)
         if not claimed:
@@ -174,13 +187,31 @@ class AgentServer:
             return fut, True
         with self._ids_lock:
             chunk_id = next(self._chunk_ids)
-        task = ChunkTask(chunk_id, key.epoch, key.program_id, spec_json, payload)
+        if check is None:
+            check = self._check(key.program_id, spec_json, payload, rows)
+        task = ChunkTask(chunk_id, key.epoch, key.program_id, spec_json, payload, check=check)
         task.future.add_done_callback(lambda f: _forward(f, fut))
         self.dispatcher.submit(task)
         if self.fleet is not None:
             wanted, _, _ = self.dispatcher.demand()
             self.fleet.want(wanted, json.loads(spec_json))
         return fut, False
+
+    def _check(self, program_id: str, spec_json: str, payload: bytes, rows: int | None) -> result_check.Check:
+        """A transient chunk's result must have the schema its program makes of the chunk's input
+        (found once per program and input schema, on zero rows); another program's must read whole."""
+        program = self.programs.compiled.get_json(program_id, spec_json)
+        if not isinstance(program, TransientProgram):
+            return result_check.readable
+        schema = read_schema(payload)
+        known = (program_id, schema)
+        expected = self._schemas.get(known)
+        if expected is None:
+            try:
+                expected = self._schemas[known] = program.run_table(schema.empty_table()).schema
+            except Exception:  # input the program cannot read: it fails on the worker, with the
+                return result_check.readable  # program's own error, as it would here
+        return result_check.transient(expected, rows)
 
     def stats(self) -> dict[str, Any]:
         out: dict[str, Any] = self.counters.snapshot()
@@ -225,7 +256,7 @@ class _Servicer:
             self._check_sink(request.sink_file, context)
         try:
             read_schema(request.payload)  # bytes that are not Arrow at all never reach a queue or a worker
-            fut, cached = self.agent.offload(key, request.program, request.payload)
+            fut, cached = self.agent.offload(key, request.program, request.payload, request.rows or None)
         except UnknownProgram as e:
             self._fail(context, codes.NOT_FOUND, type(e).__name__, e.one_line())
         except (ConfigError, InputError) as e:
@@ -413,23 +444,6 @@ class _Servicer:
                 return
             yield item
 
-    def _readable(self, worker_id: str, chunk_id: int, payload: bytes) -> bool:
-        """Whether a worker's result payload is a whole Arrow IPC stream.
-
-        Why read it all here: a result is cached and handed to every caller of its chunk (or written
-        to the sink), so one that only a reader would find broken must be redone now, by another worker
-        or the agent, not fail each caller later. Partial states are small; a sink chain's rows cost a
-        fraction of their Parquet write.
-        """
-        try:
-            decode(payload)
-        except InputError as e:
-            logger.warning(
-                "worker %s: the result of chunk %d is unreadable, redone (%s)", worker_id, chunk_id, e
-            )
-            return False
-        return True
-
     def _read_worker(self, link: StreamLink, request_iterator: Iterator[Any]) -> None:
         d = self.agent.dispatcher
         try:
@@ -445,7 +459,6 @@ class _Servicer:
                         r.rows_in,
                         r.rows_out,
                         r.checksum,
-                        readable=self._readable(link.worker_id, r.chunk_id, r.payload),
                         rows_by_node=r.rows_by_node,
                         cpu_seconds=r.cpu_seconds,
                     )

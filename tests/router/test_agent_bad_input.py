@@ -194,9 +194,10 @@ class GarbageFirstWorker(ThreadInvoker):
     """Its one worker speaks the protocol by hand: it answers its first chunk with `garbage` (with a
     checksum that matches, so only reading the payload can tell), then every chunk correctly."""
 
-    def __init__(self, garbage: Callable[[bytes], bytes]) -> None:
+    def __init__(self, garbage: Callable[[bytes], bytes], rows_lie: int = 0) -> None:
         super().__init__()
         self._garbage = garbage
+        self.rows_lie = rows_lie  # added to the records it says it read, with its garbage
         self.garbage_sent = 0
         self.answered = 0
 
@@ -211,12 +212,13 @@ class GarbageFirstWorker(ThreadInvoker):
         agent_pb2, _ = pb()
         good = encode(ProgramSpec.loads(chunk.program).compile().run_table(decode(chunk.payload)))
         payload = good
+        rows = decode(chunk.payload).num_rows
         if self.garbage_sent == 0:
             payload = self._garbage(good)
+            rows += self.rows_lie
             self.garbage_sent += 1
         else:
             self.answered += 1
-        rows = decode(chunk.payload).num_rows
         result = agent_pb2.Result(
             chunk_id=chunk.chunk_id,
             epoch=chunk.epoch,
@@ -268,6 +270,34 @@ def test_a_result_that_is_not_arrow_is_redone_and_never_cached(make_agent, secre
     assert s[stats.RECORDS_OFFLOADED] == data.num_rows  # counted once, for the good result only
     _assert_one_clean_chunk(
         agent, **{stats.CORRUPT_RESULTS: 1, stats.CHUNKS_REDISPATCHED: 1, stats.CACHE_HITS: 1}
+    )
+
+
+WRONG: dict[str, tuple[Callable[[bytes], bytes], int]] = {
+    "another program's columns": (lambda good: encode(pa.table({"auction": [1], "total": [2.0]})), 0),
+    "no rows at all": (lambda good: encode(decode(good).slice(0, 0).drop_columns(["num_bids"])), 0),
+    "a count of records it did not read": (lambda good: good, 7),
+}
+
+
+@pytest.mark.parametrize("kind", list(WRONG))
+def test_a_result_the_program_could_not_have_made_is_rejected_redone_and_never_cached(  # type: ignore[no-untyped-def]
+    make_agent, secret, kind: str
+) -> None:
+    invoker = GarbageFirstWorker(*WRONG[kind])
+    agent = make_agent(invoker, max_workers=1)
+    data = bids(2_000)
+    with AgentClient(agent.address, secret, retry_budget_s=0) as client:
+        first = client.offload(1, 0, 0, Q5, data)
+        retry = client.offload(1, 0, 0, Q5, data)
+    expected = sorted_rows(Q5.compile().run_table(data))
+    assert sorted_rows(first.table) == expected and first.redispatches == 1
+    assert retry.cached and sorted_rows(retry.table) == expected  # the cache holds the good result
+    # The worker that answered wrongly was drained; a new one did the chunk again.
+    assert invoker.garbage_sent == 1 and invoker.answered == 1 and len(invoker.invocations) == 2
+    assert first.worker_id == invoker.invocations[1]["worker_id"]
+    _assert_one_clean_chunk(
+        agent, **{stats.REJECTED_RESULTS: 1, stats.CHUNKS_REDISPATCHED: 1, stats.CACHE_HITS: 1}
     )
 
 

@@ -85,6 +85,7 @@ def _run(
     diff = diff_results(read_results(out), expected)
     assert diff is None, f"{query} seed {seed} share {offload.share} {offload.faults}: {diff}"
     assert set(summary) >= OFFLOAD_FIELDS
+    assert summary["results_rejected"] == 0  # every worker's result is one the program could have made
     assert json.loads((out / "summary.json").read_text()) == summary
     return summary
 
