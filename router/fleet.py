@@ -151,9 +151,15 @@ class FleetManager:
                 self.handles.pop(handle.worker_id, None)
 
     def admit(self, worker_id: str, cold_start: bool = False) -> bool:
-        """True (once) for a worker this fleet invoked and that has not connected yet."""
+        """True (once) for a worker this fleet invoked and that has not connected yet, while fewer than
+        `max_workers` are connected: one that stopped counting as starting (its start timed out) and
+        was replaced may still dial in late, and must not take the fleet past its cap."""
         with self._lock:
             if worker_id not in self._admissible or worker_id in self._connected:
+                return False
+            if len(self._connected) >= self.config.max_workers:
+                self._starting.pop(worker_id, None)
+                del self._admissible[worker_id]
                 return False
             self._starting.pop(worker_id, None)
             invoked = self._admissible.pop(worker_id)

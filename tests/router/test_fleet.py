@@ -110,3 +110,16 @@ def test_workers_that_never_connect_stop_counting_after_the_start_timeout() -> N
 def test_without_an_invoker_nothing_starts() -> None:
     fm, _ = _fleet(None)
     assert fm.want(10) == 0
+
+
+def test_a_worker_that_dials_in_after_its_replacement_does_not_take_the_fleet_past_its_cap() -> None:
+    inv = ScriptedInvoker(10)
+    fm, _ = _fleet(inv, max_workers=1, start_timeout_s=0.0)
+    assert fm.want(1) == 1
+    late = inv.events[0]["worker_id"]
+    fm.tick()  # its start timed out: it no longer counts as capacity ...
+    assert fm.want(1) == 1  # ... so another is invoked
+    replacement = inv.events[1]["worker_id"]
+    assert fm.admit(replacement)
+    assert not fm.admit(late)  # the first dials in after all: the cap holds
+    assert fm.want(1) == 0
