@@ -341,3 +341,22 @@ def test_a_keyed_stream_routes_by_the_plans_key_groups_and_any_other_by_its_shar
     assert routed_mask((Segment(0, plan),), ids, groups).tolist() == [g < 32 for g in groups]
     assert np.array_equal(routed_mask((Segment(0, plan),), ids), record_units(ids) < 0.25)
     assert not routed_mask((Segment(0, LOCAL), Segment(2000, plan)), ids, groups).any()
+
+
+def test_a_routed_range_is_on_disk_before_it_is_handed_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The log's line, the high-water mark and the directory entry of the mark are flushed to disk
+    before `plan_range` returns: a machine that loses power never forgets an offset it routed."""
+    synced: list[str] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    RoutingLog(tmp_path).plan_range(0, 1000, HALF)
+    assert any(p.endswith("routing.jsonl") for p in synced), synced
+    mark = [i for i, p in enumerate(synced) if re.search(r"routing\.hwm", p)]
+    assert mark and str(tmp_path) in synced[mark[-1] + 1 :], synced  # the mark, then its directory
