@@ -13,6 +13,7 @@ import random
 from collections.abc import Sequence
 
 from core.fault_spec import (
+    AGENT_KILL,
     AGENT_RESTART,
     DRIVER_KILL,
     KILL_WORKER,
@@ -42,7 +43,7 @@ def random_schedule(
     for kind in sorted(chosen):
         if kind == KILL_WORKER:
             texts.append(f"{kind}:after-chunks={rng.randint(1, chunks)}")
-        elif kind in (AGENT_RESTART, QUERY_RESTART, DRIVER_KILL):
+        elif kind in (AGENT_RESTART, AGENT_KILL, QUERY_RESTART, DRIVER_KILL):
             texts.append(f"{kind}:after-epoch={rng.randint(1, epochs - 2)}")
         elif kind == SLOW_WORKER:
             texts.append(f"{kind}:share={rng.choice(_SHARES)},delay=30s")

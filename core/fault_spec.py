@@ -12,6 +12,8 @@ by the component that owns the victim:
 | slow-worker     | VM agent -> worker | a `share` of chunks stalls `delay` on its worker (past timeouts) |
 | agent-restart   | runner             | the agent process is killed and started again: at `at` seconds, |
 |                 |                    | or once epoch `after-epoch` has committed                       |
+| agent-kill      | runner             | the agent process is SIGKILLed and left dead (its launcher must |
+|                 |                    | notice and start it again): at `at`, or after `after-epoch`     |
 | task-failure    | Spark source tasks | a `share` of source tasks fails its first attempt               |
 | query-restart   | runner             | the streaming query stops and resumes from its checkpoint: at   |
 |                 |                    | `at` seconds, or once epoch `after-epoch` has committed         |
@@ -34,6 +36,7 @@ KILL_WORKER = "kill-worker"
 THROTTLE = "throttle"
 SLOW_WORKER = "slow-worker"
 AGENT_RESTART = "agent-restart"
+AGENT_KILL = "agent-kill"
 TASK_FAILURE = "task-failure"
 QUERY_RESTART = "query-restart"
 DRIVER_KILL = "driver-kill"
@@ -45,6 +48,7 @@ KINDS: dict[str, dict[str, str | None]] = {
     THROTTLE: {"share": None},
     SLOW_WORKER: {"share": None, "delay": "30s"},
     AGENT_RESTART: {},
+    AGENT_KILL: {},
     TASK_FAILURE: {"share": None},
     QUERY_RESTART: {},
     DRIVER_KILL: {},
@@ -52,6 +56,7 @@ KINDS: dict[str, dict[str, str | None]] = {
 TRIGGERS: dict[str, tuple[str, ...]] = {
     KILL_WORKER: ("every", "after-chunks"),
     AGENT_RESTART: ("at", "after-epoch"),
+    AGENT_KILL: ("at", "after-epoch"),
     QUERY_RESTART: ("at", "after-epoch"),
     DRIVER_KILL: ("at", "after-epoch"),
 }
@@ -64,6 +69,7 @@ EXAMPLES = (
     "slow-worker:share=0.1,delay=30s",
     "agent-restart:at=10s",
     "agent-restart:after-epoch=3",
+    "agent-kill:after-epoch=2",
     "task-failure:share=0.05",
     "query-restart:at=15s",
     "query-restart:after-epoch=5",

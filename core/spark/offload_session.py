@@ -8,8 +8,11 @@ injected runner-side faults happen, and collect every component's counters into 
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
+import os
 import shutil
+import signal
 import socket
 import tempfile
 import threading
@@ -22,6 +25,7 @@ from typing import Any
 from core.direct_sink import OFFLOADED_DIR
 from core.errors import ConfigError
 from core.fault_spec import (
+    AGENT_KILL,
     AGENT_KINDS,
     AGENT_RESTART,
     DRIVER_KILL,
@@ -198,26 +202,35 @@ class OffloadSession:
         if self.config.prewarm:
             self.agent.wait_warm(self.config.prewarm, WARM_POOL_WAIT_S)
 
+    def _agent_faults(self) -> dict[str, Callable[[], None]]:
+        """The runner's faults on the agent, by kind: what each does."""
+        return {AGENT_RESTART: self._restart_agent, AGENT_KILL: self._kill_agent}
+
     def schedule_faults(self, started: float) -> None:
-        """Arm the agent restarts of the fault specs that fire `at` seconds after `started`."""
-        for t in Triggers.of(self.config.faults, AGENT_RESTART).at:
-            self._restart_agent_in(max(0.0, started + t - time.time()))
+        """Arm the agent faults of the fault specs that fire `at` seconds after `started`."""
+        for kind, act in self._agent_faults().items():
+            for t in Triggers.of(self.config.faults, kind).at:
+                self._in(max(0.0, started + t - time.time()), act)
 
     def watching_epochs(self, progress: Callable[[dict], None] | None) -> Callable[[dict], None]:
-        """`progress`, after restarting the agent once for each `after-epoch` spec whose epoch committed."""
-        pending = Triggers.of(self.config.faults, AGENT_RESTART).after_epochs
+        """`progress`, after each `after-epoch` agent fault whose epoch committed has fired once."""
+        pending = [
+            (epoch, act)
+            for kind, act in self._agent_faults().items()
+            for epoch in Triggers.of(self.config.faults, kind).after_epochs
+        ]
+        pending.sort(key=lambda p: p[0])
 
         def watch(epoch: dict) -> None:
-            while pending and epoch["batchId"] >= pending[0]:
-                pending.pop(0)
-                self._restart_agent_in(0.0)  # on a thread: the run's loop goes on meanwhile
+            while pending and epoch["batchId"] >= pending[0][0]:
+                self._in(0.0, pending.pop(0)[1])  # on a thread: the run's loop goes on meanwhile
             if progress is not None:
                 progress(epoch)
 
         return watch
 
-    def _restart_agent_in(self, delay_s: float) -> None:
-        timer = threading.Timer(delay_s, self._restart_agent)
+    def _in(self, delay_s: float, act: Callable[[], None]) -> None:
+        timer = threading.Timer(delay_s, act)
         timer.daemon = True
         timer.start()
         self._timers.append(timer)
@@ -252,6 +265,14 @@ class OffloadSession:
     def _restart_agent(self) -> None:
         self._count(AGENT_RESTART)  # the fault is the kill; the restart is the recovery
         self.agent.restart()
+
+    def _kill_agent(self) -> None:
+        """SIGKILL the agent and leave it dead: its launcher must notice and start it again."""
+        pid = self.agent.pid
+        if pid is not None:
+            self._count(AGENT_KILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
     def _count(self, kind: str) -> None:
         self.faults_done[kind] = self.faults_done.get(kind, 0) + 1

@@ -13,7 +13,7 @@ import pytest
 
 from core.direct_sink import OFFLOADED_DIR
 from core.fault_schedule import random_schedule
-from core.fault_spec import KINDS, TASK_FAILURE, parse_all
+from core.fault_spec import AGENT_KILL, DRIVER_KILL, KINDS, TASK_FAILURE, parse_all
 from core.keyed_stages import plan_routed
 from core.nexmark.generator import GeneratorConfig
 from core.nexmark.params import QueryParams
@@ -147,14 +147,15 @@ def test_offloaded_output_equals_reference(
 FAULT_EVENTS = 16_000
 FAULT_EPOCH_EVENTS = 2_000  # six epochs or more: Q3 reads only people and auctions
 SCHEDULE_SEEDS = {query: 40 + i for i, query in enumerate(QUERIES)}
-IN_PROCESS_KINDS = tuple(
-    k for k in KINDS if k != TASK_FAILURE
-)  # retried tasks: tests/core/spark/test_cli_run.py
+# Task failures need Spark's task retries and a driver kill a process of its own: both are
+# tests/core/spark/test_cli_run.py's. An agent left dead is EVERYTHING's.
+IN_PROCESS_KINDS = tuple(k for k in KINDS if k not in (TASK_FAILURE, DRIVER_KILL, AGENT_KILL))
 EVERYTHING = (
     "kill-worker:after-chunks=3",
     "throttle:share=0.3",
     "slow-worker:share=0.2,delay=30s",
     "agent-restart:after-epoch=2",
+    "agent-kill:after-epoch=3",
     "query-restart:after-epoch=4",
 )
 
@@ -185,6 +186,7 @@ def test_output_equals_reference_under_a_fault_schedule(
         once = spec.get("after-epoch") is not None or spec.get("after-chunks") is not None
         assert injected[spec.kind] == 1 if once else injected[spec.kind] >= 1, (spec.text(), summary)
     assert summary["agent_restarts"] == injected.get("agent-restart", 0)
+    assert summary["agent_crashes_recovered"] == injected.get("agent-kill", 0)  # its launcher restarted it
     if "slow-worker" in injected:
         assert summary["chunk_timeouts"] >= 1
     if "throttle" in injected:
