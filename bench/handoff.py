@@ -32,7 +32,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from bench.report_line import json_line
+from bench.report_line import finish
 from core.nexmark.schema import AUCTION_SCHEMA, BID_SCHEMA
 from core.offload_plan import key_groups_of
 from lambda_worker.keyed import KeyedProgram
@@ -249,17 +249,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from rich.console import Console
-
     args = parse_args(argv)
     report = measure(args)
-    console = Console(width=None if sys.stdout.isatty() else 200)
-    console.print(render(report))
-    console.print(f"method: {METHOD}", highlight=False)
-    sys.stdout.flush()
-    if args.json:
-        print(json_line(report), flush=True)
-    return 0
+    return finish(report, render(report), METHOD, args.json)
 
 
 if __name__ == "__main__":

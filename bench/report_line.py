@@ -29,14 +29,16 @@ def json_line(report: Mapping[str, Any]) -> str:
 
 
 def finish(report: Mapping[str, Any], table: Any, method: str, as_json: bool) -> int:
-    """Print the bench's table, its method and time, and the JSON line; 1 when a query failed."""
+    """Print the bench's table, its method and time (when it says), and the JSON line; 1 when a query
+    of its `queries` failed."""
     from rich.console import Console
 
     console = Console(width=None if sys.stdout.isatty() else 200)
     console.print(table)
     console.print(f"method: {method}", highlight=False)
-    console.print(f"total bench time {report['elapsed_s']:.0f} s", highlight=False)
+    if "elapsed_s" in report:
+        console.print(f"total bench time {report['elapsed_s']:.0f} s", highlight=False)
     sys.stdout.flush()
     if as_json:
         print(json_line(report), flush=True)
-    return 1 if any(q.get("error") for q in report["queries"]) else 0
+    return 1 if any(q.get("error") for q in report.get("queries", ())) else 0

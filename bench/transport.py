@@ -18,7 +18,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from bench.report_line import json_line
+from bench.report_line import finish
 from router.measure import measure
 
 TRANSPORTS = ("plaintext", "tls")
@@ -72,7 +72,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from rich.console import Console
     from rich.table import Table
 
     args = parse_args(argv)
@@ -86,13 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"TLS / plaintext: p50 {report['p50_ratio_tls_vs_plaintext']:.3f}, "
         f"p99 {report['p99_ratio_tls_vs_plaintext']:.3f}"
     )
-    console = Console(width=None if sys.stdout.isatty() else 200)
-    console.print(table)
-    console.print(f"method: {METHOD}", highlight=False)
-    sys.stdout.flush()
-    if args.json:
-        print(json_line(report), flush=True)
-    return 0
+    return finish(report, table, METHOD, args.json)
 
 
 if __name__ == "__main__":
