@@ -81,6 +81,17 @@ class WorkerSession:
         self.faults = faults
         self.summary = SessionSummary(descriptor.worker_id)
 
+    def _tls(self) -> Any:
+        """The TLS the descriptor asks for (the run's CA, and this worker's certificate with mutual
+        TLS), or None for a plaintext agent."""
+        from core.wire.protocol import ChannelTls
+
+        d = self.d
+        if d.tls_ca is None:
+            return None
+        cert, key = (d.tls_cert.encode(), d.tls_key.encode()) if d.tls_cert and d.tls_key else (None, None)
+        return ChannelTls(d.tls_ca.encode(), cert, key)
+
     def _remaining_s(self) -> float:
         return self.context.get_remaining_time_in_millis() / 1000.0 - self.d.safety_margin_s
 
@@ -123,8 +134,7 @@ class WorkerSession:
 
         # No gRPC compression: payloads are Arrow IPC with zstd buffers already, and gzip over them
         # cost more CPU than the whole program on a Q1 chunk (bench/offload.py).
-        ca = self.d.tls_ca.encode() if self.d.tls_ca is not None else None
-        channel = open_channel(self.d.agent_address, CHANNEL_OPTIONS, ca)
+        channel = open_channel(self.d.agent_address, CHANNEL_OPTIONS, self._tls())
         stub = agent_pb2_grpc.AgentStub(channel)
         # The stream's own deadline ends it before Lambda would kill us mid-stream.
         call = stub.Work(requests(), timeout=max(self._remaining_s(), 0.5), wait_for_ready=False)

@@ -30,7 +30,7 @@ from typing import IO, Any
 
 from core.errors import ConfigError, SpongeError
 from core.fault_spec import FaultSpec
-from core.wire.protocol import CA_FILE, grpc_module, open_channel
+from core.wire.protocol import ChannelTls, grpc_module, open_channel
 from router.agent import ready_port
 from router.invokers.lambda_api import INVOCATION_TYPES
 from router.stats import INJECTED_KILL_WORKER, WORKERS_PREWARMED
@@ -142,9 +142,9 @@ class AgentProcessConfig:
         if not self.start_timeout_s > 0:
             raise ConfigError(f"start_timeout_s must be positive, got {self.start_timeout_s}")
 
-    def ca_pem(self) -> bytes | None:
-        """The CA to trust when the agent serves TLS; None when it speaks plaintext."""
-        return (self.tls_dir / CA_FILE).read_bytes() if self.tls_dir is not None else None
+    def tls(self) -> ChannelTls | None:
+        """How the launcher's own channels reach the agent: its TLS files, or None for plaintext."""
+        return ChannelTls.read(self.tls_dir) if self.tls_dir is not None else None
 
     @property
     def dial_host(self) -> str:
@@ -194,15 +194,15 @@ def launch(
     env: Mapping[str, str] | None = None,
     stderr_path: Path | None = None,
     cpus: frozenset[int] | None = None,
-    ca_pem: bytes | None = None,
+    tls: ChannelTls | None = None,
 ) -> tuple[subprocess.Popen[bytes], int]:
     """Start the agent's command line `argv` and return it with its port once it serves gRPC on `host`.
 
     Ready means its ready line on stdout (router/agent/__init__.py), then a channel to the port it
     reports that connects. All of it within `timeout_s`: an agent that prints nothing, never listens or
     exits is killed (with its process group: the workers it forked) and reported with its exit status
-    and the end of its stderr, which goes to `stderr_path` (appended) or a temporary file. `ca_pem`:
-    the agent serves TLS under that CA.
+    and the end of its stderr, which goes to `stderr_path` (appended) or a temporary file. `tls`:
+    how to reach an agent that serves TLS.
     """
     if stderr_path is not None:
         stderr_path.parent.mkdir(parents=True, exist_ok=True)
@@ -228,7 +228,7 @@ def launch(
             if cpus:  # before any worker is forked: they inherit the agent's affinity
                 os.sched_setaffinity(proc.pid, cpus)
             port = _await_ready_line(proc, deadline)
-            if port is not None and _await_channel(proc, f"{host}:{port}", deadline, ca_pem):
+            if port is not None and _await_channel(proc, f"{host}:{port}", deadline, tls):
                 return proc, port
         except BaseException:
             _kill(proc)
@@ -275,10 +275,12 @@ def _await_ready_line(proc: subprocess.Popen[bytes], deadline: float) -> int | N
     return None
 
 
-def _await_channel(proc: subprocess.Popen[bytes], target: str, deadline: float, ca_pem: bytes | None) -> bool:
+def _await_channel(
+    proc: subprocess.Popen[bytes], target: str, deadline: float, tls: ChannelTls | None
+) -> bool:
     """True once a gRPC channel to `target` connects; False if the agent exits or `deadline` passes."""
     grpc = grpc_module()
-    with open_channel(target, [], ca_pem) as channel:
+    with open_channel(target, [], tls) as channel:
         ready = grpc.channel_ready_future(channel)
         try:
             while (remaining := deadline - time.monotonic()) > 0 and proc.poll() is None:
@@ -339,7 +341,7 @@ class AgentProcess:
         env = {**os.environ, **dict(config.function.env if config.function else ())}
         proc, port = launch(
             config.argv(), host=config.dial_host, timeout_s=config.start_timeout_s, env=env,
-            stderr_path=log_path, cpus=config.cpus, ca_pem=config.ca_pem(),
+            stderr_path=log_path, cpus=config.cpus, tls=config.tls(),
         )  # fmt: skip
         if port != config.port:
             _kill(proc)
@@ -360,7 +362,7 @@ class AgentProcess:
 
         if self._client is None:
             secret = self.config.secret_file.read_text().strip().encode()
-            self._client = AgentClient(self.address, secret, timeout_s=2.0, ca_pem=self.config.ca_pem())
+            self._client = AgentClient(self.address, secret, timeout_s=2.0, tls=self.config.tls())
         try:
             stats = self._client.stats()
         except OffloadError:

@@ -32,6 +32,7 @@ from core.wire.protocol import (
     CHANNEL_OPTIONS,
     ERROR_TYPE_METADATA,
     SECRET_METADATA,
+    ChannelTls,
     grpc_module,
     open_channel,
     pb,
@@ -80,8 +81,9 @@ class OffloadResult:
 class AgentClient:
     """`timeout_s`: how long one Offload call may wait for its chunk; `retry_budget_s`: how long
     `offload` keeps asking again (see the module doc) before it raises the last error. `retries`
-    counts the calls made again, over the client's life. With `ca_pem` the channel is TLS and trusts
-    only that CA (the run's, core/wire/run_pki.py); without it, plaintext.
+    counts the calls made again, over the client's life. With `tls` the channel is TLS and trusts only
+    the run's CA (core/wire/run_pki.py), presenting the run's client certificate with mutual TLS;
+    without it, plaintext.
     """
 
     def __init__(
@@ -92,7 +94,7 @@ class AgentClient:
         timeout_s: float = 120.0,
         compression: str = "zstd",
         retry_budget_s: float = 300.0,
-        ca_pem: bytes | None = None,
+        tls: ChannelTls | None = None,
     ) -> None:
         if not timeout_s > 0:
             raise ConfigError(f"timeout_s must be positive, got {timeout_s}")
@@ -102,7 +104,7 @@ class AgentClient:
         _, agent_pb2_grpc = pb()
         self._grpc = grpc
         self._pb2, _ = pb()
-        self._channel = open_channel(address, CHANNEL_OPTIONS + RECONNECT_OPTIONS, ca_pem)
+        self._channel = open_channel(address, CHANNEL_OPTIONS + RECONNECT_OPTIONS, tls)
         self._stub = agent_pb2_grpc.AgentStub(self._channel)
         self._metadata = ((SECRET_METADATA, secret.decode()),)
         self.timeout_s = timeout_s
@@ -290,6 +292,6 @@ def shared_client(address: str, secret_file: str, timeout_s: float) -> AgentClie
     key = (address, secret_file)
     with _shared_lock:
         if key not in _shared:
-            secret, ca_pem = read_credentials(secret_file)
-            _shared[key] = AgentClient(address, secret, timeout_s=timeout_s, ca_pem=ca_pem)
+            secret, tls = read_credentials(secret_file)
+            _shared[key] = AgentClient(address, secret, timeout_s=timeout_s, tls=tls)
         return _shared[key]

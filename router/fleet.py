@@ -13,7 +13,7 @@ import itertools
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,6 +66,7 @@ class FleetManager:
         agent_address: str,
         counters: stats.Counters,
         tls_ca: str | None = None,
+        issue_cert: Callable[[str], tuple[str, str]] | None = None,
     ) -> None:
         self.invoker = invoker
         self.config = config
@@ -73,6 +74,7 @@ class FleetManager:
         self._secret = session_secret
         self.agent_address = agent_address
         self.tls_ca = tls_ca  # the CA workers trust when the agent speaks TLS
+        self._issue_cert = issue_cert  # mutual TLS: a worker's own client certificate and key
         self.counters = counters
         self._lock = threading.Lock()
         self._starting: dict[str, float] = {}  # invoked, not yet connected: id -> invoke time
@@ -85,6 +87,7 @@ class FleetManager:
         """(cold start?, seconds from invoke to the worker's Hello) of recent workers."""
 
     def descriptor(self, worker_id: str, program: Mapping[str, Any] | None) -> SessionDescriptor:
+        cert, key = self._issue_cert(worker_id) if self._issue_cert is not None else (None, None)
         return SessionDescriptor(
             session_id=self.session_id,
             agent_address=self.agent_address,
@@ -96,6 +99,8 @@ class FleetManager:
             protocol_version=PROTOCOL_VERSION,
             compression=self.config.compression,
             tls_ca=self.tls_ca,
+            tls_cert=cert,
+            tls_key=key,
         )
 
     def want(self, wanted: int, program: Mapping[str, Any] | None = None) -> int:

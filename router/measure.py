@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from core.nexmark.generator import GeneratorConfig, generate
 from core.wire.arrow_ipc import encode
-from core.wire.protocol import CA_FILE
+from core.wire.protocol import ChannelTls
 from core.wire.run_pki import make_server_pki
 from lambda_worker.program import ProgramSpec
 from router.agent.config import AgentConfig
@@ -67,7 +67,7 @@ def measure(
         fleet=FleetConfig(max_workers=workers, idle_timeout_s=1.0),
         tls_dir=tls_dir,
     )
-    ca_pem = (tls_dir / CA_FILE).read_bytes() if tls_dir is not None else None
+    channel_tls = ChannelTls.read(tls_dir) if tls_dir is not None else None
     spec = PROGRAMS[program]
     data = _chunk(chunk_mb)
     out: dict[str, Any] = {
@@ -81,7 +81,7 @@ def measure(
     with (
         scratch,
         AgentServer(config, fleet) as agent,
-        AgentClient(agent.address, secret, ca_pem=ca_pem) as client,
+        AgentClient(agent.address, secret, tls=channel_tls) as client,
     ):
         seq = 0
         if fleet is not None:

@@ -75,8 +75,9 @@ TransportOpt = Annotated[
     typer.Option(
         "--transport",
         help="The data plane between the VM agent and its callers and workers: tls (a CA and server "
-        "certificate made for the run; plaintext callers are refused) or plaintext. Default: tls unless "
-        "the agent is reached on loopback only.",
+        "certificate made for the run; plaintext callers are refused), mtls (callers and each worker "
+        "also present a certificate of the run's CA) or plaintext. Default: tls unless the agent is "
+        "reached on loopback only.",
     ),
 ]
 BindOpt = Annotated[

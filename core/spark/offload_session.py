@@ -41,8 +41,8 @@ from core.offload_plan import DEFAULT_OFFLOAD_COST, OffloadPlan
 from merge.keyed_batch import Fetch
 
 TARGETS = ("embedded", "localstack", "aws")  # localstack and aws: a stack deployed by `sponge deploy`
-TLS = "tls"
-TRANSPORTS = ("plaintext", TLS)
+TLS, MTLS = "tls", "mtls"
+TRANSPORTS = ("plaintext", TLS, MTLS)
 OFFLOAD_DIR = "_offload"
 FAULT_DIR = "faults"
 WARM_POOL_WAIT_S = 30.0  # a warm pool that takes longer (a throttled deployment) warms during the run
@@ -100,8 +100,9 @@ class OffloadConfig:
     # machine's routable address, which a worker in the Lambda's network can reach.
     bind: str | None = None
     advertise: str | None = None
-    # The data plane's transport: "tls" (a per-run CA and server certificate, plaintext refused) or
-    # "plaintext"; None picks TLS unless the advertised address is loopback.
+    # The data plane's transport: "tls" (a per-run CA and server certificate, plaintext refused),
+    # "mtls" (callers and workers also present certificates of the run's CA) or "plaintext"; None
+    # picks TLS unless the advertised address is loopback.
     transport: str | None = None
 
     def __post_init__(self) -> None:
@@ -176,9 +177,9 @@ class OffloadSession:
         self._secret_dir = Path(tempfile.mkdtemp(prefix="sponge-secret-"))
         self.secret_file = write_secret(self._secret_dir / "secret")
         tls_dir = None
-        if self.config.transport == TLS:  # its CA beside the secret: every caller reading it trusts it
+        if self.config.transport in (TLS, MTLS):  # beside the secret: every caller reading it uses it
             names = {self.config.advertise, self.config.bind, "127.0.0.1", "localhost"} - {"0.0.0.0", "::"}
-            tls_dir = make_server_pki(names).write(self._secret_dir)
+            tls_dir = make_server_pki(names, mutual=self.config.transport == MTLS).write(self._secret_dir)
         self.agent = AgentProcess(
             AgentProcessConfig(
                 secret_file=self.secret_file,

@@ -16,7 +16,16 @@ from typing import Any
 from core.errors import ConfigError
 
 _REQUIRED = ("session_id", "agent_address", "secret", "worker_id")
-_OPTIONAL = ("idle_timeout_s", "safety_margin_s", "program", "protocol_version", "compression", "tls_ca")
+_OPTIONAL = (
+    "idle_timeout_s",
+    "safety_margin_s",
+    "program",
+    "protocol_version",
+    "compression",
+    "tls_ca",
+    "tls_cert",
+    "tls_key",
+)
 
 
 @dataclass(frozen=True)
@@ -40,6 +49,8 @@ class SessionDescriptor:
     protocol_version: int = 1
     compression: str = "zstd"
     tls_ca: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
 
     def __post_init__(self) -> None:
         for name in _REQUIRED:
@@ -68,10 +79,16 @@ class SessionDescriptor:
             raise ConfigError(f"protocol_version must be an integer, got {self.protocol_version!r}")
         if self.compression not in ("zstd", "lz4", "none"):
             raise ConfigError(f"unknown compression {self.compression!r}", hint="use zstd, lz4 or none")
-        if self.tls_ca is not None and (
-            not isinstance(self.tls_ca, str) or "BEGIN CERTIFICATE" not in self.tls_ca
+        for name, marker in (
+            ("tls_ca", "CERTIFICATE"),
+            ("tls_cert", "CERTIFICATE"),
+            ("tls_key", "PRIVATE KEY"),
         ):
-            raise ConfigError("session descriptor field 'tls_ca' must be a PEM certificate")
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or f"BEGIN {marker}" not in value):
+                raise ConfigError(f"session descriptor field {name!r} must be PEM ({marker.lower()})")
+        if (self.tls_cert is None) != (self.tls_key is None) or (self.tls_cert and not self.tls_ca):
+            raise ConfigError("session descriptor fields 'tls_cert' and 'tls_key' go together, with 'tls_ca'")
 
     @classmethod
     def from_event(cls, event: Mapping[str, Any]) -> SessionDescriptor:
@@ -101,6 +118,7 @@ class SessionDescriptor:
         }
         if self.program is not None:
             event["program"] = dict(self.program)
-        if self.tls_ca is not None:
-            event["tls_ca"] = self.tls_ca
+        for name in ("tls_ca", "tls_cert", "tls_key"):
+            if getattr(self, name) is not None:
+                event[name] = getattr(self, name)
         return event

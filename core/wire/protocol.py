@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -94,20 +95,43 @@ def secret_matches(session_secret: bytes, presented: str | bytes) -> bool:
 CA_FILE = "ca.pem"
 """Beside a run's secret file: the certificate authority its agent's TLS certificate comes from
 (core/wire/run_pki.py). Its presence is what makes the run's callers speak TLS."""
+CLIENT_CERT_FILE, CLIENT_KEY_FILE = "client.pem", "client.key"
+"""Beside it too, with mutual TLS: the certificate the VM-side callers present."""
 
 
-def read_credentials(secret_file: str | Path) -> tuple[bytes, bytes | None]:
-    """A VM-side caller's credentials: the session secret, and the CA to trust (None: plaintext)."""
+@dataclass(frozen=True)
+class ChannelTls:
+    """What a TLS channel to the agent trusts (`ca_pem`) and, with mutual TLS, presents."""
+
+    ca_pem: bytes
+    cert_pem: bytes | None = None
+    key_pem: bytes | None = None
+
+    @classmethod
+    def read(cls, directory: Path) -> ChannelTls | None:
+        """The TLS files of a run's credentials directory; None when there are none (plaintext)."""
+        ca, cert, key = (directory / n for n in (CA_FILE, CLIENT_CERT_FILE, CLIENT_KEY_FILE))
+        if not ca.is_file():
+            return None
+        mutual = cert.is_file() and key.is_file()
+        return cls(
+            ca.read_bytes(), cert.read_bytes() if mutual else None, key.read_bytes() if mutual else None
+        )
+
+
+def read_credentials(secret_file: str | Path) -> tuple[bytes, ChannelTls | None]:
+    """A VM-side caller's credentials: the session secret, and the TLS to use (None: plaintext)."""
     path = Path(secret_file)
-    ca = path.parent / CA_FILE
-    return path.read_text().strip().encode(), ca.read_bytes() if ca.is_file() else None
+    return path.read_text().strip().encode(), ChannelTls.read(path.parent)
 
 
-def open_channel(address: str, options: list[tuple[str, Any]], ca_pem: bytes | None) -> Any:
-    """A channel to the agent: TLS, trusting only `ca_pem`, when given; plaintext otherwise."""
+def open_channel(address: str, options: list[tuple[str, Any]], tls: ChannelTls | None) -> Any:
+    """A channel to the agent: TLS trusting only `tls.ca_pem` (and presenting its certificate, if it
+    has one) when given; plaintext otherwise."""
     grpc = grpc_module()
-    if ca_pem is None:
+    if tls is None:
         return grpc.insecure_channel(address, options=options)
-    return grpc.secure_channel(
-        address, grpc.ssl_channel_credentials(root_certificates=ca_pem), options=options
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=tls.ca_pem, private_key=tls.key_pem, certificate_chain=tls.cert_pem
     )
+    return grpc.secure_channel(address, credentials, options=options)

@@ -4,8 +4,12 @@ Why per run: the data plane is encrypted and the workers must know they reached 
 not something else on the network, without anyone managing certificates. The run makes a CA, signs
 one server certificate for the names the agent is reached by (the address it advertises and the one
 it binds), and hands the CA's certificate (public) to every caller and worker; the CA's key is
-dropped once the server certificate is signed, so nothing else can ever be issued under it. A user
-who has certificates of their own puts them in the same layout (`TLS_FILES`) and passes the
+dropped once the server certificate is signed, so nothing else can ever be issued under it.
+
+Mutual TLS keeps the CA's key beside the agent's (this user's private directory): the agent issues
+each worker a client certificate of its own, valid for the worker's session only, as it derives each
+worker's token, and the VM-side callers get one certificate of their own. A user who has
+certificates of their own puts them in the same layout (the file names below) and passes the
 directory instead.
 
 VM side only: it needs `cryptography`, which the workers never import (they get the CA as PEM).
@@ -13,6 +17,7 @@ VM side only: it needs `cryptography`, which the workers never import (they get 
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import ipaddress
 from collections.abc import Iterable
@@ -25,64 +30,107 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from core import atomic_write
-from core.wire.protocol import CA_FILE
+from core.wire.protocol import CA_FILE, CLIENT_CERT_FILE, CLIENT_KEY_FILE
 
 CERT_FILE, KEY_FILE = "server.pem", "server.key"
-TLS_FILES = (CA_FILE, CERT_FILE, KEY_FILE)
+CA_KEY_FILE = "ca.key"  # mutual TLS only: the agent issues each worker's client certificate with it
 VALID_FOR = dt.timedelta(days=7)  # longer than any run; a resumed run makes new ones
 
 
 @dataclass(frozen=True)
 class ServerPki:
-    """PEM bytes: the CA callers trust, and the agent's certificate and key."""
+    """PEM bytes: the CA callers trust, and the agent's certificate and key; for mutual TLS also the
+    CA's key (to issue workers' certificates) and the VM-side callers' client certificate."""
 
     ca_pem: bytes
     cert_pem: bytes
     key_pem: bytes
+    ca_key_pem: bytes | None = None
+    client_cert_pem: bytes | None = None
+    client_key_pem: bytes | None = None
 
     def write(self, directory: Path) -> Path:
-        """Write the three files (the key readable by this user only); return `directory`."""
+        """Write the files (keys readable by this user only); return `directory`."""
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        atomic_write.write_bytes(directory / CA_FILE, self.ca_pem)
-        atomic_write.write_bytes(directory / CERT_FILE, self.cert_pem)
-        atomic_write.write_bytes(directory / KEY_FILE, self.key_pem)
-        (directory / KEY_FILE).chmod(0o600)
+        files = {
+            CA_FILE: self.ca_pem,
+            CERT_FILE: self.cert_pem,
+            KEY_FILE: self.key_pem,
+            CA_KEY_FILE: self.ca_key_pem,
+            CLIENT_CERT_FILE: self.client_cert_pem,
+            CLIENT_KEY_FILE: self.client_key_pem,
+        }
+        for name, data in files.items():
+            if data is not None:
+                atomic_write.write_bytes(directory / name, data)
+                if name.endswith(".key"):
+                    (directory / name).chmod(0o600)
         return directory
 
 
-def make_server_pki(hosts: Iterable[str]) -> ServerPki:
-    """A new CA and a server certificate it signed for `hosts` (IP addresses or DNS names)."""
+def make_server_pki(hosts: Iterable[str], mutual: bool = False) -> ServerPki:
+    """A new CA and a server certificate it signed for `hosts` (IP addresses or DNS names); with
+    `mutual`, the CA's key is kept and a client certificate is issued for the VM-side callers."""
     now = dt.datetime.now(dt.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "sponge run CA")])
     ca = (
-        _builder(ca_name, ca_name, ca_key.public_key(), now)
+        _builder(ca_name, ca_name, ca_key.public_key(), now, VALID_FOR)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(_usage(cert_sign=True), critical=True)
         .sign(ca_key, hashes.SHA256())
     )
-    key = ec.generate_private_key(ec.SECP256R1())
     names = sorted(set(hosts))
-    cert = (
-        _builder(
-            x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0])]), ca_name, key.public_key(), now
-        )
+    cert_pem, key_pem = _issue(ca_key, ca_name, names[0], ExtendedKeyUsageOID.SERVER_AUTH, VALID_FOR, names)
+    pki = ServerPki(ca_pem=ca.public_bytes(serialization.Encoding.PEM), cert_pem=cert_pem, key_pem=key_pem)
+    if not mutual:
+        return pki
+    client_pem, client_key = _issue(ca_key, ca_name, "sponge vm", ExtendedKeyUsageOID.CLIENT_AUTH, VALID_FOR)
+    return dataclasses.replace(
+        pki, ca_key_pem=_private(ca_key), client_cert_pem=client_pem, client_key_pem=client_key
+    )
+
+
+def issue_client(ca_pem: bytes, ca_key_pem: bytes, name: str, valid_for: dt.timedelta) -> tuple[bytes, bytes]:
+    """A client certificate and key for `name` (a worker), signed by the run's CA, valid `valid_for`."""
+    ca = x509.load_pem_x509_certificate(ca_pem)
+    ca_key = serialization.load_pem_private_key(ca_key_pem, password=None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+    return _issue(ca_key, ca.subject, name, ExtendedKeyUsageOID.CLIENT_AUTH, valid_for)
+
+
+def _issue(
+    ca_key: ec.EllipticCurvePrivateKey,
+    issuer: x509.Name,
+    name: str,
+    usage: x509.ObjectIdentifier,
+    valid_for: dt.timedelta,
+    hosts: Iterable[str] = (),
+) -> tuple[bytes, bytes]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    builder = (
+        _builder(subject, issuer, key.public_key(), dt.datetime.now(dt.UTC), valid_for)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(_usage(cert_sign=False), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.SubjectAlternativeName([_general_name(h) for h in names]), critical=False)
-        .sign(ca_key, hashes.SHA256())
+        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
     )
-    return ServerPki(
-        ca_pem=ca.public_bytes(serialization.Encoding.PEM),
-        cert_pem=cert.public_bytes(serialization.Encoding.PEM),
-        key_pem=key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        ),
+    sans = [_general_name(h) for h in hosts]
+    if sans:
+        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    cert = builder.sign(ca_key, hashes.SHA256())
+    return cert.public_bytes(serialization.Encoding.PEM), _private(key)
+
+
+def _private(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
 
 
-def _builder(subject: x509.Name, issuer: x509.Name, public_key, now: dt.datetime) -> x509.CertificateBuilder:  # type: ignore[no-untyped-def]
+def _builder(
+    subject: x509.Name, issuer: x509.Name, public_key, now: dt.datetime, valid_for: dt.timedelta
+) -> x509.CertificateBuilder:  # type: ignore[no-untyped-def]
     return (
         x509.CertificateBuilder()
         .subject_name(subject)
@@ -90,7 +138,7 @@ def _builder(subject: x509.Name, issuer: x509.Name, public_key, now: dt.datetime
         .public_key(public_key)
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + VALID_FOR)
+        .not_valid_after(now + valid_for)
     )
 
 

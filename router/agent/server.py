@@ -11,6 +11,7 @@ at every call; kept apart, the two would import each other.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 import logging
 import threading
@@ -30,7 +31,7 @@ from core.wire.protocol import (
     pb,
     token_matches,
 )
-from core.wire.run_pki import CERT_FILE, KEY_FILE
+from core.wire.run_pki import CA_KEY_FILE, CERT_FILE, KEY_FILE
 from lambda_worker.transient import TransientProgram
 from router import stats
 from router.agent import result_check
@@ -106,7 +107,12 @@ class AgentServer:
             self.port = self._server.add_insecure_port(bind)
         else:  # TLS only: a plaintext client cannot even complete its handshake
             pair = ((tls / KEY_FILE).read_bytes(), (tls / CERT_FILE).read_bytes())
-            self.port = self._server.add_secure_port(bind, grpc.ssl_server_credentials([pair]))
+            credentials = grpc.ssl_server_credentials(
+                [pair],
+                root_certificates=(tls / CA_FILE).read_bytes() if self._mutual else None,
+                require_client_auth=self._mutual,  # mutual TLS: a caller without the run's certificate
+            )
+            self.port = self._server.add_secure_port(bind, credentials)
         if self.port == 0:
             raise SpongeError(
                 f"cannot bind {self.config.host}:{self.config.port}", hint="pick another --port"
@@ -120,12 +126,30 @@ class AgentServer:
             agent_address=advertise,
             counters=self.counters,
             tls_ca=(tls / CA_FILE).read_text() if tls is not None else None,
+            issue_cert=self._worker_cert if self._mutual else None,
         )
         self._server.start()
         self.faults.start(self._fleet_invoker, self.dispatcher.workers)
         self._ticker = threading.Thread(target=self._tick_loop, name="agent-tick", daemon=True)
         self._ticker.start()
         return self.port
+
+    @property
+    def _mutual(self) -> bool:
+        """Mutual TLS: the run left the CA's key with the agent, to issue workers' certificates."""
+        return self.config.tls_dir is not None and (self.config.tls_dir / CA_KEY_FILE).is_file()
+
+    def _worker_cert(self, worker_id: str) -> tuple[str, str]:
+        """A worker's own client certificate, valid for the longest session a worker may have."""
+        from core.wire.run_pki import issue_client
+
+        tls = self.config.tls_dir
+        assert tls is not None
+        valid = dt.timedelta(seconds=self.config.fleet.admission_s + 300)
+        cert, key = issue_client(
+            (tls / CA_FILE).read_bytes(), (tls / CA_KEY_FILE).read_bytes(), worker_id, valid
+        )
+        return cert.decode(), key.decode()
 
     def stop(self, grace_s: float = 2.0) -> None:
         self._stop.set()

@@ -106,8 +106,9 @@ CASES = [
 def test_offloaded_output_equals_reference(
     spark, tmp_path: Path, query: str, seed: int, share: float
 ) -> None:
-    # The runs that offload everything go over TLS, as a run whose agent is off loopback does.
-    transport = "tls" if share == 1.0 else None
+    # The runs that offload everything go over TLS, as a run whose agent is off loopback does; every
+    # other query's with mutual TLS (each worker with a certificate of its own).
+    transport = ("mtls" if int(query[1:]) % 2 else "tls") if share == 1.0 else None
     offload = OffloadConfig(share=share, workers=2, transport=transport)
     summary = _run(tmp_path, query, seed, offload, 12_000, pace=False)
     assert summary["transport"] == (transport or "plaintext")
