@@ -8,11 +8,14 @@ from typing import Annotated
 import typer
 
 from core.cli.options import (
+    AdvertiseOpt,
+    BindOpt,
     DriverMemoryOpt,
     ExecutorMemoryOpt,
     RocksdbMemoryOpt,
     SeedOpt,
     StateStoreOpt,
+    TransportOpt,
     check_query,
     memory_config,
 )
@@ -50,6 +53,9 @@ def drill(
     target: Annotated[
         str, typer.Option(help="Where Lambda workers run: embedded, or localstack|aws after sponge deploy.")
     ] = "embedded",
+    bind: BindOpt = None,
+    advertise: AdvertiseOpt = None,
+    transport: TransportOpt = None,
     report: Annotated[
         Path, typer.Option(file_okay=False, help="Directory for report.json, report.md and the plots.")
     ] = Path("runs/drill"),
@@ -100,6 +106,9 @@ def drill(
         for flag, given, needs in (
             ("--workers", workers is not None, ("sponge",)),
             ("--vm-launch-delay", vm_launch_delay is not None, ("vmbase",)),
+            ("--bind", bind is not None, ("sponge",)),
+            ("--advertise", advertise is not None, ("sponge",)),
+            ("--transport", transport is not None, ("sponge",)),
         )
         if given and not set(needs) & set(policies)
     ]
@@ -117,6 +126,9 @@ def drill(
         lead_s=lead,
         policies=policies,
         target=target,
+        bind=bind,
+        advertise=advertise,
+        transport=transport,
         report=report,
         seed=seed,
         stable_rate=rate,

@@ -71,6 +71,11 @@ class DrillConfig:
     lead_s: float = 30.0  # the query's first epoch (planning, state stores) falls in the lead-in
     policies: tuple[str, ...] = ("sponge", "noscaling", "over")
     target: str = "embedded"
+    # The sponge policy's agent: where it listens, the host its workers dial, its transport (None: the
+    # defaults of core/spark/offload_session.py's OffloadConfig).
+    bind: str | None = None
+    advertise: str | None = None
+    transport: str | None = None
     report: Path = Path("runs/drill")
     seed: int = 0
     stable_rate: float | None = None  # None: probe for ~70 % VM CPU
@@ -274,6 +279,9 @@ def _spec(config: DrillConfig, policy: str, trace: Trace, per_core: float, route
         worker_cpus=list(config.worker_cpus),
         offload=routed,
         target=config.target,
+        bind=config.bind,
+        advertise=config.advertise,
+        transport=config.transport,
         controlled=policy == "sponge" or vms,  # vmbase/vminit: the policy's trigger, no plan published
         max_workers=config.max_workers,
         prewarm=config.max_workers if routed and policy == "sponge" else 0,

@@ -62,6 +62,9 @@ class PolicyRun:
     worker_cpus: list[int] = field(default_factory=list)
     offload: bool = False  # route through the agent (sponge)
     target: str = "embedded"  # where the Lambda workers run (localstack/aws: the deployed stack)
+    bind: str | None = None  # the agent's address, the one its workers dial, and its transport
+    advertise: str | None = None
+    transport: str | None = None
     controlled: bool = False  # the policy loop decides the share
     max_workers: int = 4
     prewarm: int = 0
@@ -339,6 +342,9 @@ def _run(spec: PolicyRun, pool: Any) -> dict[str, Any]:
             share=spec.share,
             offload_cost=spec.offload_cost,
             target=spec.target,
+            bind=spec.bind,
+            advertise=spec.advertise,
+            transport=spec.transport,
             workers=spec.max_workers,
             worker_cpus=frozenset(spec.worker_cpus) or None,
             prewarm=spec.prewarm,
