@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
 
@@ -10,6 +11,7 @@ import typer
 from core.cli.options import (
     AdvertiseOpt,
     BindOpt,
+    ConfigOpt,
     DriverMemoryOpt,
     ExecutorMemoryOpt,
     RocksdbMemoryOpt,
@@ -56,6 +58,7 @@ def drill(
     bind: BindOpt = None,
     advertise: AdvertiseOpt = None,
     transport: TransportOpt = None,
+    config: ConfigOpt = None,
     report: Annotated[
         Path, typer.Option(file_okay=False, help="Directory for report.json, report.md and the plots.")
     ] = Path("runs/drill"),
@@ -92,6 +95,7 @@ def drill(
     --rocksdb-memory, sized from this machine unless set, and --executor-memory for the VMs of vmbase
     and vminit. report.json records them; each run's JVM log is REPORT/<policy>/jvm.log.
     """
+    from core.config_file import DataPlane, load
     from core.drill.drill import VM_SCALING, DrillConfig, policies_from, run_drill
     from core.drill.report import write_report
 
@@ -126,9 +130,7 @@ def drill(
         lead_s=lead,
         policies=policies,
         target=target,
-        bind=bind,
-        advertise=advertise,
-        transport=transport,
+        **asdict(load(config).under(DataPlane(bind, advertise, transport))),
         report=report,
         seed=seed,
         stable_rate=rate,

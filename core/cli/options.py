@@ -70,6 +70,15 @@ HandoffOpt = Annotated[
         "group's whole state moves with its first batch). bench.handoff measures both.",
     ),
 ]
+ConfigOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--config",
+        dir_okay=False,
+        help="Settings file (TOML) under the flags: [data_plane] bind, advertise, transport. Default: "
+        "./sponge.toml when there is one.",
+    ),
+]
 TransportOpt = Annotated[
     str | None,
     typer.Option(
@@ -239,9 +248,14 @@ def offload_config(
     transport: str | None = None,
     bind: str | None = None,
     advertise: str | None = None,
+    settings: Path | None = None,
 ):
     """The run's offloading (None without --offload-share); `workers` None takes `default_workers`.
-    The offloading flags without --offload-share would do nothing, so they are refused."""
+    The offloading flags without --offload-share would do nothing, so they are refused. The agent's
+    addresses and transport come from the flags over the settings file `settings` (core/config_file.py)."""
+    from dataclasses import asdict
+
+    from core.config_file import DataPlane, load
     from core.fault_spec import parse_all
     from core.spark.offload_session import OffloadConfig
 
@@ -272,7 +286,5 @@ def offload_config(
         faults=faults,
         invocation_type=invocation_type,
         fetch=handoff,
-        transport=transport,
-        bind=bind,
-        advertise=advertise,
+        **asdict(load(settings).under(DataPlane(bind, advertise, transport))),
     )

@@ -11,6 +11,7 @@ import typer
 from core.cli.options import (
     AdvertiseOpt,
     BindOpt,
+    ConfigOpt,
     DriverMemoryOpt,
     EventsOpt,
     ExecutorMemoryOpt,
@@ -71,6 +72,7 @@ def run(
     transport: TransportOpt = None,
     bind: BindOpt = None,
     advertise: AdvertiseOpt = None,
+    config: ConfigOpt = None,
     inject: InjectOpt = None,
     driver_memory: DriverMemoryOpt = None,
     executor_memory: ExecutorMemoryOpt = None,
@@ -129,6 +131,7 @@ def run(
             transport=transport,
             bind=bind,
             advertise=advertise,
+            settings=config,
         ),
         existing=Existing.RESUME if resume else Existing.REFUSE,
     )

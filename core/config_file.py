@@ -1,0 +1,63 @@
+"""`sponge.toml`: the settings a deployment keeps between runs, under the flags that override them.
+
+Why a file: where the VM agent listens, the address its workers dial and the transport belong to
+the machine and its network, not to one run; typing them into every `sponge run` and `sponge drill`
+invites a run that listens on the wrong interface. The file is read once, at the edge, into the same
+typed values the flags give (`DataPlane`); a flag given on the command line wins.
+
+    [data_plane]
+    bind = "0.0.0.0"          # where the agent listens
+    advertise = "10.0.3.7"    # the host its workers and callers dial
+    transport = "mtls"        # tls, mtls or plaintext
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+
+from core.errors import ConfigError
+
+DEFAULT_FILE = Path("sponge.toml")
+TABLES = {"data_plane"}
+
+
+@dataclass(frozen=True)
+class DataPlane:
+    """The agent's addresses and transport; None leaves the default (core/spark/offload_session.py)."""
+
+    bind: str | None = None
+    advertise: str | None = None
+    transport: str | None = None
+
+    def under(self, flags: DataPlane) -> DataPlane:
+        """These settings with every flag that was given on top."""
+        given = {f.name: getattr(flags, f.name) for f in fields(flags) if getattr(flags, f.name) is not None}
+        return replace(self, **given)
+
+
+def load(path: Path | None) -> DataPlane:
+    """The settings of `path` (None: ./sponge.toml when there is one, else none at all)."""
+    if path is None:
+        if not DEFAULT_FILE.is_file():
+            return DataPlane()
+        path = DEFAULT_FILE
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"no configuration file {path}", hint="check --config, or drop it") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path} is not TOML: {e}", hint="see `sponge run --help` for its layout") from None
+    unknown = set(data) - TABLES
+    if unknown:
+        raise ConfigError(f"{path} has unknown tables {sorted(unknown)}", hint=f"use {sorted(TABLES)}")
+    table = data.get("data_plane", {})
+    known = {f.name for f in fields(DataPlane)}
+    wrong = sorted(k for k, v in table.items() if k not in known or not isinstance(v, str))
+    if wrong:
+        raise ConfigError(
+            f"{path}: [data_plane] {', '.join(wrong)} is not a setting with a text value",
+            hint=f"the settings are {', '.join(sorted(known))}, each a quoted string",
+        )
+    return DataPlane(**table)
