@@ -68,6 +68,9 @@ class EmbeddedFleetConfig:
     env: Mapping[str, str] = field(default_factory=dict)
     cpus: tuple[int, ...] | None = None
     faults: Mapping[int, WorkerFaults] = field(default_factory=dict)
+    # A command the runtime is started under, e.g. ("ip", "netns", "exec", NAME): workers on a
+    # network of their own, which reach the agent only at its advertised address, as Lambda's do.
+    launcher: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.concurrency_limit, bool) or not isinstance(self.concurrency_limit, int):
@@ -191,6 +194,7 @@ class EmbeddedFleet(Invoker):
         c = self.config
         ordinal = next(self._ordinals)
         cmd = [
+            *c.launcher,
             c.python,
             "-m",
             "lambda_worker.local_runtime",
