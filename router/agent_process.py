@@ -137,6 +137,7 @@ class AgentProcessConfig:
     handoff_dir: Path | None = None  # keyed stages' stash and group states (router/handoff_store.py)
     sink_dir: Path | None = None  # the only directory it writes chunk files to (core/direct_sink.py)
     tls_dir: Path | None = None  # serve TLS with the files there (core/wire/run_pki.py); None: plaintext
+    worker_netns: str | None = None  # embedded fleet: the network namespace its workers run in
 
     def __post_init__(self) -> None:
         if not self.start_timeout_s > 0:
@@ -181,6 +182,8 @@ class AgentProcessConfig:
             args += ["--sink-dir", str(self.sink_dir)]
         if self.tls_dir is not None:
             args += ["--tls-dir", str(self.tls_dir)]
+        if self.worker_netns is not None:
+            args += ["--worker-netns", self.worker_netns]
         for spec in self.faults:
             args += ["--inject", spec.text()]
         return args

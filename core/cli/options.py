@@ -70,6 +70,15 @@ HandoffOpt = Annotated[
         "group's whole state moves with its first batch). bench.handoff measures both.",
     ),
 ]
+WorkerNetnsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--worker-netns",
+        help="Embedded target: start the workers in this network namespace (made with `ip netns add` and "
+        "joined to this one), so they reach the agent only over the network at --advertise, as workers "
+        "on another machine do.",
+    ),
+]
 ConfigOpt = Annotated[
     Path | None,
     typer.Option(
@@ -249,6 +258,7 @@ def offload_config(
     bind: str | None = None,
     advertise: str | None = None,
     settings: Path | None = None,
+    worker_netns: str | None = None,
 ):
     """The run's offloading (None without --offload-share); `workers` None takes `default_workers`.
     The offloading flags without --offload-share would do nothing, so they are refused. The agent's
@@ -270,6 +280,7 @@ def offload_config(
                 ("--transport", transport is not None),
                 ("--bind", bind is not None),
                 ("--advertise", advertise is not None),
+                ("--worker-netns", worker_netns is not None),
                 ("--workers", workers is not None),
                 ("--target", target != "embedded"),
             )
@@ -286,5 +297,6 @@ def offload_config(
         faults=faults,
         invocation_type=invocation_type,
         fetch=handoff,
+        worker_netns=worker_netns,
         **asdict(load(settings).under(DataPlane(bind, advertise, transport))),
     )

@@ -29,6 +29,7 @@ from core.cli.options import (
     TargetOpt,
     TransportOpt,
     WindowOpt,
+    WorkerNetnsOpt,
     WorkersOpt,
     check_master,
     check_query,
@@ -73,6 +74,7 @@ def run(
     bind: BindOpt = None,
     advertise: AdvertiseOpt = None,
     config: ConfigOpt = None,
+    worker_netns: WorkerNetnsOpt = None,
     inject: InjectOpt = None,
     driver_memory: DriverMemoryOpt = None,
     executor_memory: ExecutorMemoryOpt = None,
@@ -132,6 +134,7 @@ def run(
             bind=bind,
             advertise=advertise,
             settings=config,
+            worker_netns=worker_netns,
         ),
         existing=Existing.RESUME if resume else Existing.REFUSE,
     )

@@ -104,6 +104,9 @@ class OffloadConfig:
     # "mtls" (callers and workers also present certificates of the run's CA) or "plaintext"; None
     # picks TLS unless the advertised address is loopback.
     transport: str | None = None
+    # The embedded fleet's workers in a network namespace of their own (`ip netns add NAME`): another
+    # machine as far as the network goes; they reach the agent at `advertise` only.
+    worker_netns: str | None = None
 
     def __post_init__(self) -> None:
         if self.fetch not in {f.value for f in Fetch}:
@@ -138,6 +141,10 @@ class OffloadConfig:
             raise ConfigError(
                 f"invocation type {self.invocation_type} applies to a deployed function only",
                 hint="use --target localstack or aws, after sponge deploy",
+            )
+        if self.worker_netns is not None and self.target != "embedded":
+            raise ConfigError(
+                "--worker-netns places the embedded fleet's workers", hint="drop it with a deployed --target"
             )
         if self.chunk_rows <= 0:
             raise ConfigError(f"chunk rows must be positive, got {self.chunk_rows}")
@@ -197,6 +204,7 @@ class OffloadSession:
                 host=self.config.bind,
                 advertise=self.config.advertise,
                 tls_dir=tls_dir,
+                worker_netns=self.config.worker_netns,
             )
         )
         self.agent.start()

@@ -92,6 +92,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         help="keyed stages: where stashed records and key groups' states are kept",
     )
     p.add_argument(
+        "--worker-netns",
+        default=None,
+        metavar="NAME",
+        help="embedded fleet: start the workers in this network namespace (made with `ip netns add`), "
+        "so they reach the agent only over the network, at --advertise, as Lambda workers do",
+    )
+    p.add_argument(
         "--tls-dir",
         default=None,
         help="serve TLS only, with DIR/server.pem and DIR/server.key; workers are told to trust DIR/ca.pem "
@@ -130,6 +137,7 @@ def _invoker_from_args(args: argparse.Namespace) -> Invoker | None:
             concurrency_limit=args.concurrency_limit,
             timeout_s=args.function_timeout_s,
             log_path=args.worker_log,
+            launcher=("ip", "netns", "exec", args.worker_netns) if args.worker_netns else (),
         )
     return make_invoker(
         "boto3",
