@@ -31,7 +31,7 @@ from core.wire.protocol import (
     pb,
     token_matches,
 )
-from core.wire.run_pki import CA_KEY_FILE, CERT_FILE, KEY_FILE
+from core.wire.run_pki import CA_KEY_FILE, CERT_FILE, KEY_FILE, issue_client
 from lambda_worker.transient import TransientProgram
 from router import stats
 from router.agent import result_check
@@ -141,8 +141,6 @@ class AgentServer:
 
     def _worker_cert(self, worker_id: str) -> tuple[str, str]:
         """A worker's own client certificate, valid for the longest session a worker may have."""
-        from core.wire.run_pki import issue_client
-
         tls = self.config.tls_dir
         assert tls is not None
         valid = dt.timedelta(seconds=self.config.fleet.admission_s + 300)
@@ -205,14 +203,14 @@ class AgentServer:
         A worker's result must pass `check` (default: what the chunk's program makes of its input,
         with `rows` records read when the caller counted them; router/agent/result_check.py)."""
         spec_json = self.programs.register(key.program_id, program_json)
+        if check is None:  # before the claim: a program that cannot compile leaves no claim behind
+            check = self._check(key.program_id, spec_json, payload, rows)
         fut, claimed = self.cache.lookup_or_claim(key)
         if not claimed:
             self.counters.add(stats.CACHE_HITS)
             return fut, True
         with self._ids_lock:
             chunk_id = next(self._chunk_ids)
-        if check is None:
-            check = self._check(key.program_id, spec_json, payload, rows)
         task = ChunkTask(chunk_id, key.epoch, key.program_id, spec_json, payload, check=check)
         task.future.add_done_callback(lambda f: _forward(f, fut))
         self.dispatcher.submit(task)
