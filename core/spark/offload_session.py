@@ -9,11 +9,9 @@ injected runner-side faults happen, and collect every component's counters into 
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import os
 import shutil
 import signal
-import socket
 import tempfile
 import threading
 import time
@@ -35,6 +33,7 @@ from core.fault_spec import (
     Triggers,
     of_kind,
 )
+from core.net import is_loopback, routable_address
 from core.nexmark.params import QueryParams
 from core.offload_chains import KEYED, PARTIAL, OffloadChain
 from core.offload_plan import DEFAULT_OFFLOAD_COST, OffloadPlan
@@ -46,30 +45,6 @@ TRANSPORTS = ("plaintext", TLS, MTLS)
 OFFLOAD_DIR = "_offload"
 FAULT_DIR = "faults"
 WARM_POOL_WAIT_S = 30.0  # a warm pool that takes longer (a throttled deployment) warms during the run
-
-
-def routable_address() -> str:
-    """This machine's address on its default route: what another machine of its network dials.
-
-    A UDP socket's connect sends nothing; it only picks the interface the route goes out of.
-    """
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        try:
-            s.connect(("192.0.2.1", 9))  # TEST-NET-1: any address off this machine would do
-            return str(s.getsockname()[0])
-        except OSError as e:
-            raise ConfigError(
-                f"cannot tell this machine's routable address ({e.strerror})",
-                hint="pass --advertise HOST: the address workers reach this machine at",
-            ) from None
-
-
-def is_loopback(host: str) -> bool:
-    """Whether `host` is reachable from this machine only (no other machine can be on its path)."""
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
 
 
 @dataclass(frozen=True)

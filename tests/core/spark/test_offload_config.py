@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from core.errors import ConfigError
-from core.spark.offload_session import OffloadConfig, is_loopback, routable_address
+from core.net import is_loopback, routable_address
+from core.spark.offload_session import OffloadConfig
 
 
 def test_the_embedded_target_stays_on_loopback_in_plaintext() -> None:
