@@ -150,7 +150,7 @@ def _run_query(
     started = time.time()
     n_sources = len([n for n in logical.nodes if isinstance(n.op, Source)])
     session = None
-    restarts = kills = Triggers([], [])
+    restarts, kills = Triggers([], []), Triggers([], [])
     if config.offload is None:
         sources = nexmark_sources(spark, config, pace_origin=started)
         sinks = lower_plain(logical, sources) if config.plain else lower_rewritten(rewritten, sources)
