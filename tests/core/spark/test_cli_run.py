@@ -37,7 +37,7 @@ def test_run_equals_reference_through_the_cli(tmp_path: Path) -> None:
 def test_an_offloaded_run_killed_mid_handoff_resumes_from_its_checkpoint_through_the_cli(
     tmp_path: Path,
 ) -> None:
-    common = ["--events", "20000", "--seed", "4"]
+    common = ["--events", "16000", "--seed", "4"]
     run = [*common, "--batch-events", "4000", "--offload-share", "0.5", "--workers", "2"]
     out = tmp_path / "run"
     # The driver dies outright once epoch 1 has committed, while workers hold Q4's key groups.
