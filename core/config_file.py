@@ -14,7 +14,7 @@ typed values the flags give (`DataPlane`); a flag given on the command line wins
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 from core.errors import ConfigError
@@ -31,10 +31,21 @@ class DataPlane:
     advertise: str | None = None
     transport: str | None = None
 
+    def options(self) -> dict[str, str | None]:
+        """As OffloadConfig's keyword arguments (and DrillConfig's)."""
+        return asdict(self)
+
     def under(self, flags: DataPlane) -> DataPlane:
         """These settings with every flag that was given on top."""
         given = {f.name: getattr(flags, f.name) for f in fields(flags) if getattr(flags, f.name) is not None}
         return replace(self, **given)
+
+
+def data_plane(
+    path: Path | None, bind: str | None, advertise: str | None, transport: str | None
+) -> DataPlane:
+    """The data plane's settings: the flags given, over the settings file `path` (see `load`)."""
+    return load(path).under(DataPlane(bind, advertise, transport))
 
 
 def load(path: Path | None) -> DataPlane:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
 
@@ -95,7 +94,7 @@ def drill(
     --rocksdb-memory, sized from this machine unless set, and --executor-memory for the VMs of vmbase
     and vminit. report.json records them; each run's JVM log is REPORT/<policy>/jvm.log.
     """
-    from core.config_file import DataPlane, load
+    from core.config_file import data_plane
     from core.drill.drill import VM_SCALING, DrillConfig, policies_from, run_drill
     from core.drill.report import write_report
 
@@ -130,7 +129,7 @@ def drill(
         lead_s=lead,
         policies=policies,
         target=target,
-        **asdict(load(config).under(DataPlane(bind, advertise, transport))),
+        **data_plane(config, bind, advertise, transport).options(),
         report=report,
         seed=seed,
         stable_rate=rate,

@@ -263,9 +263,7 @@ def offload_config(
     """The run's offloading (None without --offload-share); `workers` None takes `default_workers`.
     The offloading flags without --offload-share would do nothing, so they are refused. The agent's
     addresses and transport come from the flags over the settings file `settings` (core/config_file.py)."""
-    from dataclasses import asdict
-
-    from core.config_file import DataPlane, load
+    from core.config_file import data_plane
     from core.fault_spec import parse_all
     from core.spark.offload_session import OffloadConfig
 
@@ -298,5 +296,5 @@ def offload_config(
         invocation_type=invocation_type,
         fetch=handoff,
         worker_netns=worker_netns,
-        **asdict(load(settings).under(DataPlane(bind, advertise, transport))),
+        **data_plane(settings, bind, advertise, transport).options(),
     )

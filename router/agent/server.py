@@ -15,7 +15,7 @@ import datetime as dt
 import json
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent import futures
 from typing import Any
 
@@ -103,14 +103,21 @@ class AgentServer:
         agent_pb2_grpc.add_AgentServicer_to_server(_Servicer(self), self._server)
         bind = f"{self.config.host}:{self.config.port}"
         tls = self.config.tls_dir
+        ca: bytes | None = None
+        issue_cert = None
         if tls is None:
             self.port = self._server.add_insecure_port(bind)
         else:  # TLS only: a plaintext client cannot even complete its handshake
+            ca = (tls / CA_FILE).read_bytes()
+            # Mutual TLS: the run left the CA's key with the agent, to issue workers' certificates.
+            mutual = (tls / CA_KEY_FILE).is_file()
+            if mutual:
+                issue_cert = self._worker_certs(ca, (tls / CA_KEY_FILE).read_bytes())
             pair = ((tls / KEY_FILE).read_bytes(), (tls / CERT_FILE).read_bytes())
             credentials = grpc.ssl_server_credentials(
                 [pair],
-                root_certificates=(tls / CA_FILE).read_bytes() if self._mutual else None,
-                require_client_auth=self._mutual,  # mutual TLS: a caller without the run's certificate
+                root_certificates=ca if mutual else None,
+                require_client_auth=mutual,  # mutual TLS: a caller without the run's certificate
             )
             self.port = self._server.add_secure_port(bind, credentials)
         if self.port == 0:
@@ -125,8 +132,8 @@ class AgentServer:
             session_secret=self.config.secret,
             agent_address=advertise,
             counters=self.counters,
-            tls_ca=(tls / CA_FILE).read_text() if tls is not None else None,
-            issue_cert=self._worker_cert if self._mutual else None,
+            tls_ca=ca.decode() if ca is not None else None,
+            issue_cert=issue_cert,
         )
         self._server.start()
         self.faults.start(self._fleet_invoker, self.dispatcher.workers)
@@ -134,20 +141,15 @@ class AgentServer:
         self._ticker.start()
         return self.port
 
-    @property
-    def _mutual(self) -> bool:
-        """Mutual TLS: the run left the CA's key with the agent, to issue workers' certificates."""
-        return self.config.tls_dir is not None and (self.config.tls_dir / CA_KEY_FILE).is_file()
-
-    def _worker_cert(self, worker_id: str) -> tuple[str, str]:
-        """A worker's own client certificate, valid for the longest session a worker may have."""
-        tls = self.config.tls_dir
-        assert tls is not None
+    def _worker_certs(self, ca_pem: bytes, ca_key_pem: bytes) -> Callable[[str], tuple[str, str]]:
+        """What issues a worker its own client certificate, valid for the longest session it may have."""
         valid = dt.timedelta(seconds=self.config.fleet.admission_s + 300)
-        cert, key = issue_client(
-            (tls / CA_FILE).read_bytes(), (tls / CA_KEY_FILE).read_bytes(), worker_id, valid
-        )
-        return cert.decode(), key.decode()
+
+        def issue(worker_id: str) -> tuple[str, str]:
+            cert, key = issue_client(ca_pem, ca_key_pem, worker_id, valid)
+            return cert.decode(), key.decode()
+
+        return issue
 
     def stop(self, grace_s: float = 2.0) -> None:
         self._stop.set()
@@ -202,9 +204,11 @@ class AgentServer:
 
         A worker's result must pass `check` (default: what the chunk's program makes of its input,
         with `rows` records read when the caller counted them; router/agent/result_check.py)."""
+        # A caller's payload: bytes that are not Arrow at all never reach a queue or a worker.
+        schema = read_schema(payload) if check is None else None
         spec_json = self.programs.register(key.program_id, program_json)
-        if check is None:  # before the claim: a program that cannot compile leaves no claim behind
-            check = self._check(key.program_id, spec_json, payload, rows)
+        if schema is not None:  # before the claim: a program that cannot compile leaves no claim behind
+            check = self._check(key.program_id, spec_json, schema, rows)
         fut, claimed = self.cache.lookup_or_claim(key)
         if not claimed:
             self.counters.add(stats.CACHE_HITS)
@@ -219,13 +223,12 @@ class AgentServer:
             self.fleet.want(wanted, json.loads(spec_json))
         return fut, False
 
-    def _check(self, program_id: str, spec_json: str, payload: bytes, rows: int | None) -> result_check.Check:
+    def _check(self, program_id: str, spec_json: str, schema: Any, rows: int | None) -> result_check.Check:
         """A transient chunk's result must have the schema its program makes of the chunk's input
         (found once per program and input schema, on zero rows); another program's must read whole."""
         program = self.programs.compiled.get_json(program_id, spec_json)
         if not isinstance(program, TransientProgram):
             return result_check.readable
-        schema = read_schema(payload)
         known = (program_id, schema)
         expected = self._schemas.get(known)
         if expected is None:
@@ -277,7 +280,6 @@ class _Servicer:
         if request.sink_file:
             self._check_sink(request.sink_file, context)
         try:
-            read_schema(request.payload)  # bytes that are not Arrow at all never reach a queue or a worker
             fut, cached = self.agent.offload(key, request.program, request.payload, request.rows or None)
         except UnknownProgram as e:
             self._fail(context, codes.NOT_FOUND, type(e).__name__, e.one_line())
