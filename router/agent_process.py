@@ -124,12 +124,15 @@ class AgentProcessConfig:
     function: LambdaFunction | None = None
     faults: tuple[FaultSpec, ...] = ()
     chunk_timeout_s: float = 10.0
+    local_fallback_s: float = 2.0  # a chunk no worker took this long runs in the agent
     function_timeout_s: float = 60.0
     concurrency_limit: int | None = None
     log_path: Path | None = None
     host: str = "127.0.0.1"  # the address it listens on (0.0.0.0: every interface)
     port: int = field(default_factory=free_port)
     advertise: str | None = None  # the host its callers and workers dial (default: `host`)
+    # The port workers dial, when something forwards it to `port` (a NAT rule, a proxy); default `port`.
+    advertise_port: int | None = None
     start_timeout_s: float = 60.0
     prewarm: int = 0  # warm pool: environments started and warmed at start-up
     idle_timeout_s: float = 10.0  # a worker's session idles out after this long without chunks
@@ -160,13 +163,14 @@ class AgentProcessConfig:
             sys.executable, "-m", "router.agent",
             "--host", self.host,
             "--port", str(self.port),
-            "--advertise", f"{self.dial_host}:{self.port}",
+            "--advertise", f"{self.dial_host}:{self.advertise_port or self.port}",
             "--secret-file", str(self.secret_file),
             "--invoker", self.invoker,
             "--max-workers", str(self.max_workers),
             "--concurrency-limit", str(self.concurrency_limit or max(self.max_workers, 1)),
             "--function-timeout-s", str(self.function_timeout_s),
             "--chunk-timeout-s", str(self.chunk_timeout_s),
+            "--local-fallback-s", str(self.local_fallback_s),
             "--exit-with-parent",  # launch() holds its standard input: a killed driver takes it along
         ]  # fmt: skip
         if self.function is not None:

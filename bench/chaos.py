@@ -1,0 +1,346 @@
+"""Random fault schedules on the real data plane, each judged record by record.
+
+Method. One agent process (router/agent_process.py) with its embedded fleet of worker processes
+serves TLS under a CA made for the run; the workers dial it through a fault proxy
+(bench/chaos_proxy.py) standing at the address the agent advertises, and so does the caller, a
+client like a Spark task's. No Spark. Schedule i of `--seed S` is drawn from seed S+i: a NEXMark
+query's chunk program, 4 to 10 chunks of bids (some written by the agent into the sink as files, the
+rest returned), 3 callers, and one to four faults, each firing once a drawn number of chunks were
+answered: worker-kill (SIGKILL a worker process), throttle (the agent's invokes refused as Lambda's
+429), timeout (a result held past the chunk timeout), agent-kill (SIGKILL the agent, start it again
+on its port), partition (every connection cut, new ones refused for a while), and delay, duplicate
+and reorder (standing network faults of the proxy). The checker compares every record of the
+answers and sink files with the program run here on each chunk: lost, duplicated and unexpected
+records are counted, and a failing schedule's seed is printed with the command that replays it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import random
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from bench.chaos_proxy import FaultProxy, NetworkFaults
+from bench.report_line import finish
+from core.chaos_tally import ScheduleOutcome, Tally
+from core.direct_sink import chunk_name
+from core.fault_spec import FaultSpec
+from core.nexmark.generator import GeneratorConfig, generate
+from core.results import RecordCheck, check_records
+from core.wire.protocol import ChannelTls
+from core.wire.run_pki import make_server_pki
+from lambda_worker.program import ProgramCache, ProgramSpec
+from router.agent_process import AgentProcess, AgentProcessConfig, free_port, write_secret
+from router.client import AgentClient, OffloadError
+
+METHOD = (__doc__ or "").split("Method. ", 1)[1].replace("\n", " ").strip()
+KINDS = ("agent-kill", "delay", "duplicate", "partition", "reorder", "throttle", "timeout", "worker-kill")
+PROGRAMS = (
+    ProgramSpec("q1", ("map1",)),
+    ProgramSpec("q2", ("filter1", "map2")),
+    ProgramSpec("q5", ("map1", "key_by2", "window_aggregate3")),
+)
+CALLERS = 3
+WORKERS = 3
+CHUNK_TIMEOUT_S = 0.8  # short, so that a held result times out within the schedule
+SINK_ENTITY = "chaos"
+THROTTLE = FaultSpec.parse("throttle:share=0.5")
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: str
+    after: int  # fires once this many chunks were answered
+
+    def text(self) -> str:
+        return f"{self.kind}@{self.after}"
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Everything a schedule does, drawn from its seed alone."""
+
+    seed: int
+    program: ProgramSpec
+    chunk_rows: int
+    sink: tuple[bool, ...]  # per chunk: the agent writes its output as a sink file
+    faults: tuple[Fault, ...]
+
+    @classmethod
+    def draw(cls, seed: int) -> Schedule:
+        rng = random.Random(seed)
+        chunks = rng.randint(4, 10)
+        kinds = rng.sample(KINDS, rng.randint(1, 4))
+        return cls(
+            seed,
+            rng.choice(PROGRAMS),
+            rng.choice((300, 800, 2000)),  # one size per schedule, as a Spark task's chunk_rows is
+            tuple(rng.random() < 0.3 for _ in range(chunks)),
+            tuple(sorted((Fault(k, rng.randint(0, chunks - 1)) for k in kinds), key=lambda f: f.after)),
+        )
+
+    @property
+    def kinds(self) -> set[str]:
+        return {f.kind for f in self.faults}
+
+    def sink_file(self, chunk: int) -> str:
+        """Chunk `chunk`'s sink file: its range names the schedule, so no two schedules share a file."""
+        start = self.seed * 1000 + chunk
+        return chunk_name(SINK_ENTITY, start, start + 1, 0)
+
+    def owns(self, name: str) -> bool:
+        parts = name.split("-")
+        return len(parts) == 4 and parts[0] == SINK_ENTITY and int(parts[1]) // 1000 == self.seed
+
+    def input(self) -> list[pa.Table]:
+        events = int(len(self.sink) * self.chunk_rows * 1.2)
+        bids = pa.Table.from_batches([generate(GeneratorConfig(seed=self.seed, events=events), "bid", 0, events)])
+        return [bids.slice(i * self.chunk_rows, self.chunk_rows) for i in range(len(self.sink))]
+
+
+class World:
+    """The agent (with its fleet) behind the fault proxy, and the caller's client; one per bench."""
+
+    def __init__(self, work: Path, seed: int) -> None:
+        self.work = work
+        credentials = work / "credentials"
+        pki = make_server_pki({"127.0.0.1", "localhost"})
+        pki.write(credentials)
+        secret_file = write_secret(credentials / "secret")
+        self.sink = work / "sink"
+        self.sink.mkdir()
+        agent_port = free_port()
+        self.proxy = FaultProxy(
+            f"127.0.0.1:{agent_port}",
+            host="127.0.0.1",
+            cert_pem=pki.cert_pem,
+            key_pem=pki.key_pem,
+            ca_pem=pki.ca_pem,
+            seed=seed,
+        )
+        proxy_port = self.proxy.start()
+        self.config = AgentProcessConfig(
+            secret_file=secret_file,
+            max_workers=WORKERS,
+            port=agent_port,
+            advertise_port=proxy_port,
+            tls_dir=credentials,
+            sink_dir=self.sink,
+            chunk_timeout_s=CHUNK_TIMEOUT_S,
+            local_fallback_s=1.0,
+            idle_timeout_s=5.0,
+            log_path=work / "workers.log",
+        )
+        self.agent = AgentProcess(self.config)
+        self.agent.start()
+        self.client = AgentClient(
+            f"127.0.0.1:{proxy_port}",
+            secret_file.read_text().strip().encode(),
+            tls=ChannelTls(pki.ca_pem),
+            timeout_s=2.0,
+            retry_budget_s=60.0,
+        )
+        self.programs = ProgramCache()
+
+    def throttling(self, on: bool) -> None:
+        """Make the agent refuse a share of its invokes (or not): a new agent, on the same port."""
+        faults = (THROTTLE,) if on else ()
+        if self.agent.config.faults != faults:
+            self.agent.config = dataclasses.replace(self.agent.config, faults=faults)
+            self.agent.restart()
+
+    def kill_a_worker(self, rng: random.Random) -> bool:
+        pid = self.agent.pid
+        workers = psutil.Process(pid).children() if pid is not None else []
+        if not workers:
+            return False
+        victim = rng.choice(workers)
+        try:
+            os.kill(victim.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return False
+        return True
+
+    def close(self) -> dict[str, int]:
+        self.client.close()
+        totals = self.agent.stop()
+        self.proxy.stop()
+        return totals
+
+
+def run_schedule(world: World, schedule: Schedule) -> ScheduleOutcome:
+    """Offload the schedule's chunks through the proxy while its faults fire; check every record."""
+    started = time.monotonic()
+    rng = random.Random(schedule.seed)
+    world.throttling("throttle" in schedule.kinds)
+    world.proxy.reset()
+    chunks = schedule.input()
+    answered = 0
+    done = threading.Condition()
+
+    def offload(i: int) -> pa.Table | None:
+        nonlocal answered
+        sink_file = schedule.sink_file(i) if schedule.sink[i] else ""
+        try:
+            result = world.client.offload(schedule.seed, i, 0, schedule.program, chunks[i], sink_file=sink_file)
+            return None if sink_file else result.table
+        finally:
+            with done:
+                answered += 1
+                done.notify_all()
+
+    def fire(fault: Fault) -> None:
+        with done:
+            done.wait_for(lambda: answered >= fault.after)
+        if fault.kind == "worker-kill":
+            world.kill_a_worker(rng)
+        elif fault.kind == "agent-kill":
+            world.agent.restart()
+        elif fault.kind == "timeout":
+            world.proxy.hold_next_result(CHUNK_TIMEOUT_S + 0.4)
+        elif fault.kind == "partition":
+            world.proxy.partition(rng.uniform(0.1, 0.5))
+        elif fault.kind in ("delay", "duplicate", "reorder"):
+            standing = {"delay": {"delay_s": 0.03}, "duplicate": {"duplicate": 0.3}, "reorder": {"reorder": 0.3}}
+            world.proxy.set_faults(dataclasses.replace(world.proxy.faults, **standing[fault.kind]))
+
+    firing = threading.Thread(target=lambda: [fire(f) for f in schedule.faults], daemon=True)
+    firing.start()
+    error = ""
+    with ThreadPoolExecutor(CALLERS, thread_name_prefix="caller") as callers:
+        futures = [callers.submit(offload, i) for i in range(len(chunks))]
+        answers: list[pa.Table] = []
+        for f in futures:
+            try:
+                table = f.result()
+            except OffloadError as e:
+                error = error or e.one_line()
+                continue
+            if table is not None:
+                answers.append(table)
+    firing.join(timeout=30)
+    world.proxy.reset()
+    check = _check(world, schedule, chunks, answers)
+    faults = tuple(f.text() for f in schedule.faults)
+    return ScheduleOutcome.checked(schedule.seed, faults, check, time.monotonic() - started, error)
+
+
+def _check(world: World, schedule: Schedule, chunks: list[pa.Table], answers: list[pa.Table]) -> RecordCheck:
+    """The records answered and written into the sink against the program run here on every chunk."""
+    program = world.programs.get(schedule.program)
+    expected = pa.concat_tables([program.run_table(c) for c in chunks])
+    written = [pq.read_table(p) for p in sorted(world.sink.iterdir()) if schedule.owns(p.name)]
+    tables = [t.replace_schema_metadata(None).cast(expected.schema) for t in answers + written]
+    actual = pa.concat_tables(tables) if tables else expected.schema.empty_table()
+    return check_records(actual, expected)
+
+
+def run(args: argparse.Namespace) -> tuple[dict[str, Any], Tally]:
+    tally = Tally(replay="python -m bench.chaos --schedules 1 --seed {seed}")
+    work = Path(tempfile.mkdtemp(prefix="sponge-chaos-"))
+    world = World(work, args.seed)
+    bench_started = time.monotonic()
+    try:
+        for i in range(args.schedules):
+            outcome = run_schedule(world, Schedule.draw(args.seed + i))
+            tally.add(outcome)
+            if not outcome.ok:
+                print(
+                    f"schedule {outcome.seed} FAILED ({' '.join(outcome.faults)}): lost {outcome.lost}, "
+                    f"duplicated {outcome.duplicated}, unexpected {outcome.unexpected} {outcome.error}; "
+                    f"replay: {tally.replay_command(outcome.seed)}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            if (i + 1) % 25 == 0 or i + 1 == args.schedules:
+                print(
+                    f"{i + 1}/{args.schedules} schedules, {len(tally.failed)} failed, "
+                    f"{time.monotonic() - bench_started:.0f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    finally:
+        totals = world.close()
+        injected = dict(world.proxy.injected)
+        shutil.rmtree(work, ignore_errors=True)
+    report = tally.report()
+    report.update(
+        method=METHOD,
+        seed=args.seed,
+        elapsed_s=round(time.monotonic() - bench_started, 1),
+        proxy_injected=dict(sorted(injected.items())),
+        agent=_recoveries(totals),
+    )
+    return report, tally
+
+
+def _recoveries(totals: dict[str, int]) -> dict[str, int]:
+    """The agent's counters that show the recoveries the faults called for."""
+    keys = (
+        "chunks_submitted", "chunks_redispatched", "chunks_run_locally", "chunk_timeouts", "late_results",
+        "cache_hits", "corrupt_results", "rejected_results", "injected_throttle", "throttles",
+    )  # fmt: skip
+    return {k: int(totals.get(k, 0)) for k in keys}
+
+
+def _table(report: dict[str, Any]) -> Any:
+    from rich.table import Table
+
+    table = Table(title=f"chaos: {report['schedules']} protocol schedules from seed {report['seed']}")
+    for column in ("schedules", "failed", "lost", "duplicated", "unexpected", "median s", "max s"):
+        table.add_column(column, justify="right")
+    table.add_row(
+        *(str(report[k]) for k in ("schedules", "failed", "lost", "duplicated", "unexpected")),
+        f"{report['schedule_s_median']:.2f}",
+        f"{report['schedule_s_max']:.2f}",
+    )
+    mix = Counter(report["fault_mix"])
+    table.caption = (
+        f"fault mix (schedules): {dict(mix)}; proxy did: {report['proxy_injected']}; agent: {report['agent']}"
+    )
+    return table
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.chaos",
+        description="Random fault schedules on the real agent, workers and gRPC (no Spark), each checked "
+        "record by record; a failing schedule is printed with the command that replays it.",
+    )
+    ap.add_argument("--schedules", type=int, default=100, help="how many schedules (default 100)")
+    ap.add_argument("--seed", type=int, default=1, help="schedule i is drawn from seed+i (default 1)")
+    ap.add_argument("--json", action="store_true", help="end stdout with the figures as one JSON line")
+    args = ap.parse_args(argv)
+    if args.schedules < 1:
+        ap.error("--schedules must be at least 1")
+    if args.seed < 0:
+        ap.error("--seed must be >= 0")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    report, tally = run(args)
+    status = finish(report, _table(report), METHOD, args.json)
+    return 1 if tally.failed else status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
