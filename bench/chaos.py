@@ -5,7 +5,7 @@ serves TLS under a CA made for the run; the workers dial it through a fault prox
 (bench/chaos_proxy.py) standing at the address the agent advertises, and so does the caller, a
 client like a Spark task's. No Spark. Schedule i of `--seed S` is drawn from seed S+i: a NEXMark
 query's chunk program, 4 to 10 chunks of bids (some written by the agent into the sink as files, the
-rest returned), 3 callers, and one to four faults, each firing once a drawn number of chunks were
+rest returned), 4 callers (2 workers), and one to four faults, each firing once a drawn number of chunks were
 answered: worker-kill (SIGKILL a worker process), throttle (the agent's invokes refused as Lambda's
 429), timeout (a result held past the chunk timeout), agent-kill (SIGKILL the agent, start it again
 on its port), partition (every connection cut, new ones refused for a while), and delay, duplicate
@@ -37,7 +37,7 @@ import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bench.chaos_proxy import FaultProxy, NetworkFaults
+from bench.chaos_proxy import FaultProxy
 from bench.report_line import finish
 from core.chaos_tally import ScheduleOutcome, Tally
 from core.direct_sink import chunk_name
@@ -51,17 +51,21 @@ from router.agent_process import AgentProcess, AgentProcessConfig, free_port, wr
 from router.client import AgentClient, OffloadError
 
 METHOD = (__doc__ or "").split("Method. ", 1)[1].replace("\n", " ").strip()
-KINDS = ("agent-kill", "delay", "duplicate", "partition", "reorder", "throttle", "timeout", "worker-kill")
+KINDS = ("agent-kill", "delay", "duplicate", "partition", "reorder", "timeout", "worker-kill")
+"""Drawn per schedule; throttle is not among them (see `Schedule.draw`)."""
+THROTTLE_RUN = 10
 PROGRAMS = (
     ProgramSpec("q1", ("map1",)),
     ProgramSpec("q2", ("filter1", "map2")),
     ProgramSpec("q5", ("map1", "key_by2", "window_aggregate3")),
 )
-CALLERS = 3
-WORKERS = 3
-CHUNK_TIMEOUT_S = 0.8  # short, so that a held result times out within the schedule
+CALLERS = 4
+WORKERS = 2
+CHUNK_TIMEOUT_S = 0.5  # short, so that a held result times out within the schedule
 SINK_ENTITY = "chaos"
 THROTTLE = FaultSpec.parse("throttle:share=0.5")
+STANDING = {"delay": {"delay_s": 0.03}, "duplicate": {"duplicate": 0.3}, "reorder": {"reorder": 0.3}}
+"""The proxy's standing faults, from the moment they fire to the schedule's end."""
 
 
 @dataclass(frozen=True)
@@ -88,12 +92,22 @@ class Schedule:
         rng = random.Random(seed)
         chunks = rng.randint(4, 10)
         kinds = rng.sample(KINDS, rng.randint(1, 4))
+        # The throttle is the agent's (it refuses its own invokes, as Lambda would): switching it means
+        # a new agent. It is on for alternate runs of THROTTLE_RUN seeds, so that a series restarts the
+        # agent for it once per run, and a seed replayed alone still gets it.
+        if (seed // THROTTLE_RUN) % 2:
+            kinds.append("throttle")
         return cls(
             seed,
             rng.choice(PROGRAMS),
             rng.choice((300, 800, 2000)),  # one size per schedule, as a Spark task's chunk_rows is
             tuple(rng.random() < 0.3 for _ in range(chunks)),
-            tuple(sorted((Fault(k, rng.randint(0, chunks - 1)) for k in kinds), key=lambda f: f.after)),
+            tuple(
+                sorted(
+                    (Fault(k, 0 if k == "throttle" else rng.randint(0, chunks - 1)) for k in kinds),
+                    key=lambda f: f.after,
+                )
+            ),
         )
 
     @property
@@ -111,7 +125,9 @@ class Schedule:
 
     def input(self) -> list[pa.Table]:
         events = int(len(self.sink) * self.chunk_rows * 1.2)
-        bids = pa.Table.from_batches([generate(GeneratorConfig(seed=self.seed, events=events), "bid", 0, events)])
+        bids = pa.Table.from_batches(
+            [generate(GeneratorConfig(seed=self.seed, events=events), "bid", 0, events)]
+        )
         return [bids.slice(i * self.chunk_rows, self.chunk_rows) for i in range(len(self.sink))]
 
 
@@ -144,8 +160,9 @@ class World:
             tls_dir=credentials,
             sink_dir=self.sink,
             chunk_timeout_s=CHUNK_TIMEOUT_S,
-            local_fallback_s=1.0,
+            local_fallback_s=0.5,
             idle_timeout_s=5.0,
+            prewarm=WORKERS,  # a new agent starts its workers at once, as a run's does
             log_path=work / "workers.log",
         )
         self.agent = AgentProcess(self.config)
@@ -199,7 +216,9 @@ def run_schedule(world: World, schedule: Schedule) -> ScheduleOutcome:
         nonlocal answered
         sink_file = schedule.sink_file(i) if schedule.sink[i] else ""
         try:
-            result = world.client.offload(schedule.seed, i, 0, schedule.program, chunks[i], sink_file=sink_file)
+            result = world.client.offload(
+                schedule.seed, i, 0, schedule.program, chunks[i], sink_file=sink_file
+            )
             return None if sink_file else result.table
         finally:
             with done:
@@ -214,11 +233,15 @@ def run_schedule(world: World, schedule: Schedule) -> ScheduleOutcome:
         elif fault.kind == "agent-kill":
             world.agent.restart()
         elif fault.kind == "timeout":
-            world.proxy.hold_next_result(CHUNK_TIMEOUT_S + 0.4)
+            world.proxy.hold_next_result(CHUNK_TIMEOUT_S + 0.3)
         elif fault.kind == "partition":
-            world.proxy.partition(rng.uniform(0.1, 0.5))
+            world.proxy.partition(rng.uniform(0.05, 0.3))
         elif fault.kind in ("delay", "duplicate", "reorder"):
-            standing = {"delay": {"delay_s": 0.03}, "duplicate": {"duplicate": 0.3}, "reorder": {"reorder": 0.3}}
+            standing = {
+                "delay": {"delay_s": 0.03},
+                "duplicate": {"duplicate": 0.3},
+                "reorder": {"reorder": 0.3},
+            }
             world.proxy.set_faults(dataclasses.replace(world.proxy.faults, **standing[fault.kind]))
 
     firing = threading.Thread(target=lambda: [fire(f) for f in schedule.faults], daemon=True)

@@ -34,6 +34,7 @@ from typing import Any
 import grpc
 
 from core.wire.protocol import CHANNEL_OPTIONS, SERVER_OPTIONS, ChannelTls, open_channel, pb
+from router.client import RECONNECT_OPTIONS
 
 WORK = "/sponge.agent.Agent/Work"
 COPY_LAG_S = 0.3  # a duplicated call's copy goes out up to this long after the original
@@ -75,7 +76,7 @@ class FaultProxy:
     # ---- life cycle ----
 
     def start(self) -> int:
-        self._channel = open_channel(self.upstream, list(CHANNEL_OPTIONS), self._tls)
+        self._channel = open_channel(self.upstream, CHANNEL_OPTIONS + RECONNECT_OPTIONS, self._tls)
         self._server = grpc.server(
             futures.ThreadPoolExecutor(64, thread_name_prefix="proxy"), options=SERVER_OPTIONS
         )
@@ -170,7 +171,7 @@ class FaultProxy:
             with self._lock:
                 lag = self._rng.uniform(0, COPY_LAG_S)
             threading.Timer(lag, self._copy, (call, request, metadata, timeout)).start()
-        future = call.future(request, metadata=metadata, timeout=timeout)
+        future = call.future(request, metadata=metadata, timeout=timeout, wait_for_ready=True)
         with self._lock:
             self._live.add(future)
         try:
@@ -189,7 +190,7 @@ class FaultProxy:
     def _copy(self, call: Any, request: bytes, metadata: Any, timeout: float | None) -> None:
         """The second delivery of a duplicated call; its answer goes nowhere, as a copy's would."""
         with contextlib.suppress(grpc.RpcError):
-            call(request, metadata=metadata, timeout=timeout)
+            call(request, metadata=metadata, timeout=timeout, wait_for_ready=True)
 
     def stream(self, requests: Iterator[bytes], context: Any) -> Iterator[bytes]:
         self._refuse_if_cut(context)
@@ -200,7 +201,7 @@ class FaultProxy:
                 yield item
 
         call = self._channel.stream_stream(WORK)(
-            upstream_messages(), metadata=_passed(context.invocation_metadata())
+            upstream_messages(), metadata=_passed(context.invocation_metadata()), wait_for_ready=True
         )
         with self._lock:
             self._live.add(call)
@@ -243,7 +244,9 @@ class FaultProxy:
 def _passed(metadata: Any) -> tuple[tuple[str, str], ...]:
     """The caller's own metadata (the secret), without what gRPC sets itself on each hop."""
     return tuple(
-        (m.key, m.value) for m in metadata or () if not m.key.startswith((":", "grpc-")) and m.key != "user-agent"
+        (m.key, m.value)
+        for m in metadata or ()
+        if not m.key.startswith((":", "grpc-")) and m.key != "user-agent"
     )
 
 

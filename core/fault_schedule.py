@@ -28,6 +28,9 @@ from core.fault_spec import (
 # Shares of at least 0.2: the agent's seeded draws then hit the very first invoke and chunk, so a
 # drawn throttle or stall always happens, however few invokes a short run makes.
 _SHARES = (0.2, 0.3, 0.5)
+# A stalled worker holds its chunk past the chunk timeout of the runs that draw schedules (2 s), and
+# is free again soon after: its environment cannot tell that the chunk was taken back meanwhile.
+STALL = "6s"
 
 
 def random_schedule(
@@ -46,7 +49,7 @@ def random_schedule(
         elif kind in (AGENT_RESTART, AGENT_KILL, QUERY_RESTART, DRIVER_KILL):
             texts.append(f"{kind}:after-epoch={rng.randint(1, epochs - 2)}")
         elif kind == SLOW_WORKER:
-            texts.append(f"{kind}:share={rng.choice(_SHARES)},delay=30s")
+            texts.append(f"{kind}:share={rng.choice(_SHARES)},delay={STALL}")
         elif kind in (THROTTLE, TASK_FAILURE):
             texts.append(f"{kind}:share={rng.choice(_SHARES)}")
         else:

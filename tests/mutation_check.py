@@ -3,8 +3,9 @@
 Why: a green suite only says something if it turns red when the product is wrong. The bugs planted
 here are the ones that break exactly-once, which the offload path exists to keep: a chunk of the
 workers' share lost, a worker partial merged twice, a null compared differently on one backend, a
-redispatched chunk's late result accepted beside the redispatch's own, the routing log's last line
-lost. Each is a precise textual edit whose original snippet must occur exactly once, so when the code
+redispatched chunk's late result accepted beside the redispatch's own, a duplicated worker result
+taken for another chunk (broken dedup: the chaos bench's checker must see it), the routing log's last
+line lost. Each is a precise textual edit whose original snippet must occur exactly once, so when the code
 moves the check fails loudly instead of mutating nothing. The broken variants live only here, never
 as flags in product code.
 
@@ -172,6 +173,29 @@ MUTATIONS: tuple[Mutation, ...] = (
             "tests/router/test_agent_faults.py",
         ),
         if_present=("tests/router/test_*redispatch*.py", "tests/router/test_*dedup*.py"),
+    ),
+    Mutation(
+        name="result-matched-by-worker",
+        path="router/dispatcher.py",
+        old=(
+            "        task = self._inflight.get(chunk_id)\n"
+            "        if link is None or task is None or link.current is not task:\n"
+            "            self.counters.add(stats.LATE_RESULTS)\n"
+            "            return None\n"
+            "        del self._inflight[chunk_id]\n"
+        ),
+        new=(
+            "        task = link.current if link is not None else None  # whichever chunk the result names\n"
+            "        if link is None or task is None or link.current is not task:\n"
+            "            self.counters.add(stats.LATE_RESULTS)\n"
+            "            return None\n"
+            "        del self._inflight[task.chunk_id]\n"
+        ),
+        what=(
+            "the dispatcher's dedup of results is broken: a result is taken for the chunk its worker holds "
+            "now, whichever chunk it names, so a duplicated result answers the worker's next chunk"
+        ),
+        tests=("tests/bench/test_chaos.py -k hundred",),
     ),
     Mutation(
         name="routing-log-loses-last-line",

@@ -123,6 +123,15 @@ InvocationTypeOpt = Annotated[
         "counted as a throttle).",
     ),
 ]
+ChunkTimeoutOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--chunk-timeout",
+        min=0.1,
+        help="Seconds a worker may hold a chunk before the agent takes it back and gives it to another "
+        "worker (default 10); a stalled worker (slow-worker) costs this long.",
+    ),
+]
 InjectOpt = Annotated[
     list[str] | None,
     typer.Option(
@@ -259,6 +268,7 @@ def offload_config(
     advertise: str | None = None,
     settings: Path | None = None,
     worker_netns: str | None = None,
+    chunk_timeout_s: float | None = None,
 ):
     """The run's offloading (None without --offload-share); `workers` None takes `default_workers`.
     The offloading flags without --offload-share would do nothing, so they are refused. The agent's
@@ -279,6 +289,7 @@ def offload_config(
                 ("--bind", bind is not None),
                 ("--advertise", advertise is not None),
                 ("--worker-netns", worker_netns is not None),
+                ("--chunk-timeout", chunk_timeout_s is not None),
                 ("--workers", workers is not None),
                 ("--target", target != "embedded"),
             )
@@ -296,5 +307,6 @@ def offload_config(
         invocation_type=invocation_type,
         fetch=handoff,
         worker_netns=worker_netns,
+        **({} if chunk_timeout_s is None else {"chunk_timeout_s": chunk_timeout_s}),
         **data_plane(settings, bind, advertise, transport).options(),
     )

@@ -11,6 +11,7 @@ import typer
 from core.cli.options import (
     AdvertiseOpt,
     BindOpt,
+    ChunkTimeoutOpt,
     ConfigOpt,
     DriverMemoryOpt,
     EventsOpt,
@@ -75,6 +76,7 @@ def run(
     advertise: AdvertiseOpt = None,
     config: ConfigOpt = None,
     worker_netns: WorkerNetnsOpt = None,
+    chunk_timeout: ChunkTimeoutOpt = None,
     inject: InjectOpt = None,
     driver_memory: DriverMemoryOpt = None,
     executor_memory: ExecutorMemoryOpt = None,
@@ -135,6 +137,7 @@ def run(
             advertise=advertise,
             settings=config,
             worker_netns=worker_netns,
+            chunk_timeout_s=chunk_timeout,
         ),
         existing=Existing.RESUME if resume else Existing.REFUSE,
     )

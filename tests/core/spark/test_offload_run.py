@@ -154,7 +154,7 @@ IN_PROCESS_KINDS = tuple(k for k in KINDS if k not in (TASK_FAILURE, DRIVER_KILL
 EVERYTHING = (
     "kill-worker:after-chunks=3",
     "throttle:share=0.3",
-    "slow-worker:share=0.2,delay=30s",
+    "slow-worker:share=0.2,delay=6s",
     "agent-restart:after-epoch=2",
     "agent-kill:after-epoch=3",
     "query-restart:after-epoch=4",

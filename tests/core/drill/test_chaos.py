@@ -1,0 +1,45 @@
+"""`sponge chaos` on Spark: random fault schedules, a killed driver resumed, every output equal to the
+reference; and the schedule of a seed, which the replay command depends on."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from core.drill.chaos import SPONGE, ChaosRun, resumed, schedule
+from core.fault_spec import DRIVER_KILL, parse_all
+
+RUN = ChaosRun("q8", 8_000, 1_000, 0.5, 2)
+SEED = 5  # seeds 5-7: three driver kills, with a query restart, a stalled worker, an agent restart
+# and a worker kill among them
+
+
+def test_a_seed_draws_the_same_schedule_and_resumed_runs_drop_counted_faults(tmp_path: Path) -> None:
+    assert schedule(RUN, 11) == schedule(RUN, 11)
+    faults = schedule(RUN, SEED)
+    assert DRIVER_KILL in {f.kind for f in faults}
+    drawn = ["driver-kill:after-epoch=2", "kill-worker:after-chunks=1", "throttle:share=0.2"]
+    kept = resumed(parse_all(drawn))
+    assert [f.text() for f in kept] == ["throttle:share=0.2"]
+    argv = RUN.argv(tmp_path, kept, resume=True)
+    assert argv[: len(SPONGE)] == list(SPONGE) and argv[-1] == "--resume"
+    assert RUN.replay().format(seed=3).startswith("sponge chaos q8 --schedules 1 --seed 3 ")
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+@pytest.mark.timeout(900)
+def test_three_spark_schedules_with_driver_kills_equal_the_reference(tmp_path: Path) -> None:
+    argv = [*SPONGE, "chaos", "q8", "--schedules", "3", "--seed", str(SEED), "--workdir", str(tmp_path)]
+    done = subprocess.run([*argv, "--json"], capture_output=True, text=True, timeout=850)
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["schedules"] == 3
+    figures = {k: report[k] for k in ("failed", "lost", "duplicated", "unexpected")}
+    assert figures == dict.fromkeys(figures, 0), (report["failing"], done.stderr[-3000:])
+    assert done.returncode == 0
+    assert report["fault_mix"][DRIVER_KILL] == 3
+    assert done.stderr.count("resuming from its checkpoint") == 3
+    assert not list(tmp_path.glob("seed-*"))  # a passing schedule's run is removed
