@@ -12,6 +12,7 @@ on its port), partition (every connection cut, new ones refused for a while), an
 and reorder (standing network faults of the proxy). The checker compares every record of the
 answers and sink files with the program run here on each chunk: lost, duplicated and unexpected
 records are counted, and a failing schedule's seed is printed with the command that replays it.
+The schedules are shared out over `--parallel` such worlds side by side.
 """
 
 from __future__ import annotations
@@ -135,7 +136,6 @@ class World:
     """The agent (with its fleet) behind the fault proxy, and the caller's client; one per bench."""
 
     def __init__(self, work: Path, seed: int) -> None:
-        self.work = work
         credentials = work / "credentials"
         pki = make_server_pki({"127.0.0.1", "localhost"})
         pki.write(credentials)
@@ -276,37 +276,48 @@ def _check(world: World, schedule: Schedule, chunks: list[pa.Table], answers: li
 
 
 def run(args: argparse.Namespace) -> tuple[dict[str, Any], Tally]:
+    """The schedules, shared out over `--parallel` worlds (each its own agent, fleet and proxy): a
+    schedule mostly waits for a timeout, a backoff or a restart, so worlds side by side barely slow
+    each other down."""
     tally = Tally(replay="python -m bench.chaos --schedules 1 --seed {seed}")
     work = Path(tempfile.mkdtemp(prefix="sponge-chaos-"))
-    world = World(work, args.seed)
+    seeds = iter(range(args.seed, args.seed + args.schedules))
+    lock = threading.Lock()
     bench_started = time.monotonic()
+    worlds: list[World] = []
+
+    def serve(k: int) -> None:
+        (work / f"world-{k}").mkdir()
+        world = World(work / f"world-{k}", args.seed + k)
+        with lock:
+            worlds.append(world)
+        while True:
+            with lock:
+                seed = next(seeds, None)
+            if seed is None:
+                return
+            outcome = run_schedule(world, Schedule.draw(seed))
+            with lock:
+                tally.add(outcome)
+                _progress(tally, outcome, args.schedules, time.monotonic() - bench_started)
+
     try:
-        for i in range(args.schedules):
-            outcome = run_schedule(world, Schedule.draw(args.seed + i))
-            tally.add(outcome)
-            if not outcome.ok:
-                print(
-                    f"schedule {outcome.seed} FAILED ({' '.join(outcome.faults)}): lost {outcome.lost}, "
-                    f"duplicated {outcome.duplicated}, unexpected {outcome.unexpected} {outcome.error}; "
-                    f"replay: {tally.replay_command(outcome.seed)}",
-                    file=sys.stderr,
-                    flush=True,
-                )
-            if (i + 1) % 25 == 0 or i + 1 == args.schedules:
-                print(
-                    f"{i + 1}/{args.schedules} schedules, {len(tally.failed)} failed, "
-                    f"{time.monotonic() - bench_started:.0f} s",
-                    file=sys.stderr,
-                    flush=True,
-                )
+        with ThreadPoolExecutor(args.parallel, thread_name_prefix="world") as pool:
+            for f in [pool.submit(serve, k) for k in range(args.parallel)]:
+                f.result()
     finally:
-        totals = world.close()
-        injected = dict(world.proxy.injected)
+        totals: Counter[str] = Counter()
+        injected: Counter[str] = Counter()
+        for world in worlds:
+            totals.update(world.close())
+            injected.update(world.proxy.injected)
         shutil.rmtree(work, ignore_errors=True)
+    tally.outcomes.sort(key=lambda o: o.seed)
     report = tally.report()
     report.update(
         method=METHOD,
         seed=args.seed,
+        parallel=args.parallel,
         elapsed_s=round(time.monotonic() - bench_started, 1),
         proxy_injected=dict(sorted(injected.items())),
         agent=_recoveries(totals),
@@ -314,7 +325,21 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], Tally]:
     return report, tally
 
 
-def _recoveries(totals: dict[str, int]) -> dict[str, int]:
+def _progress(tally: Tally, outcome: ScheduleOutcome, schedules: int, elapsed_s: float) -> None:
+    if not outcome.ok:
+        print(
+            f"schedule {outcome.seed} FAILED ({' '.join(outcome.faults)}): lost {outcome.lost}, "
+            f"duplicated {outcome.duplicated}, unexpected {outcome.unexpected} {outcome.error}; "
+            f"replay: {tally.replay_command(outcome.seed)}",
+            file=sys.stderr,
+            flush=True,
+        )
+    done = len(tally.outcomes)
+    if done % 25 == 0 or done == schedules:
+        print(f"{done}/{schedules} schedules, {len(tally.failed)} failed, {elapsed_s:.0f} s", file=sys.stderr)
+
+
+def _recoveries(totals: Counter[str]) -> dict[str, int]:
     """The agent's counters that show the recoveries the faults called for."""
     keys = (
         "chunks_submitted", "chunks_redispatched", "chunks_run_locally", "chunk_timeouts", "late_results",
@@ -349,8 +374,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     ap.add_argument("--schedules", type=int, default=100, help="how many schedules (default 100)")
     ap.add_argument("--seed", type=int, default=1, help="schedule i is drawn from seed+i (default 1)")
+    ap.add_argument(
+        "--parallel", type=int, default=4, help="worlds (agent, fleet, proxy) side by side (default 4)"
+    )
     ap.add_argument("--json", action="store_true", help="end stdout with the figures as one JSON line")
     args = ap.parse_args(argv)
+    if args.parallel < 1:
+        ap.error("--parallel must be at least 1")
+    args.parallel = min(args.parallel, args.schedules)
     if args.schedules < 1:
         ap.error("--schedules must be at least 1")
     if args.seed < 0:
