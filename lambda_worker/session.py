@@ -96,6 +96,7 @@ class WorkerSession:
         return self.context.get_remaining_time_in_millis() / 1000.0 - self.d.safety_margin_s
 
     def run(self) -> SessionSummary:
+        from core.wire.build import build_id
         from core.wire.protocol import CHANNEL_OPTIONS, PROTOCOL_VERSION, grpc_module, open_channel, pb
 
         if self.d.protocol_version != PROTOCOL_VERSION:
@@ -121,6 +122,7 @@ class WorkerSession:
                     cold_start=self.cold_start,
                     protocol_version=PROTOCOL_VERSION,
                     init_seconds=self.init_seconds + (time.monotonic() - started),
+                    build=build_id(),
                 )
             )
         )

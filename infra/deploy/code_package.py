@@ -19,8 +19,8 @@ from pathlib import Path
 
 from core.deployment import PROJECT_ROOT
 from core.errors import ConfigError, DeployError
+from core.wire.build import code_files
 
-CODE_PACKAGES = ("lambda_worker", "merge", "core")
 _CODE_URI = re.compile(r"^(?P<indent>\s*)CodeUri:\s*(?P<value>[^\s#]+)\s*(?P<comment>#.*)?$", re.MULTILINE)
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # fixed timestamps: the same sources give the same zip and hash
 
@@ -31,14 +31,7 @@ def _code_files(code_dir: Path | None) -> Iterator[tuple[Path, str]]:
             if path.is_file() and "__pycache__" not in path.parts:
                 yield path, path.relative_to(code_dir).as_posix()
         return
-    for package in CODE_PACKAGES:
-        for path in sorted((PROJECT_ROOT / package).rglob("*")):
-            if (
-                path.is_file()
-                and "__pycache__" not in path.parts
-                and path.suffix in (".py", ".pyi", ".properties")
-            ):
-                yield path, path.relative_to(PROJECT_ROOT).as_posix()
+    yield from code_files(PROJECT_ROOT)
 
 
 def package_code(code_dir: Path | None = None) -> tuple[bytes, str]:

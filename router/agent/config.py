@@ -12,6 +12,7 @@ from pathlib import Path
 
 from core.errors import ConfigError
 from core.fault_spec import FaultSpec
+from core.wire.build import build_id
 from router.dispatcher import DispatchConfig
 from router.faults import check_agent_faults
 from router.fleet import FleetConfig
@@ -26,7 +27,8 @@ class AgentConfig:
     `advertise_address` is what workers dial (the VM's address in the Lambda's VPC); it defaults to
     host:port. `hello_timeout_s`: a connection that does not introduce itself by then is closed.
     `faults`: what the agent injects (kill-worker, throttle, slow-worker only); `fault_seed` seeds the
-    share-based ones, so a drill repeats its sequence of decisions.
+    share-based ones, so a drill repeats its sequence of decisions. `build`: the digest of the worker
+    sources this agent was started from; a worker of another build is refused.
     """
 
     secret: bytes = field(repr=False)  # never in a log line or an error that prints the config
@@ -48,6 +50,7 @@ class AgentConfig:
         None  # serve TLS with the certificate there (core/wire/run_pki.py); None: plaintext
     )
     sink_dir: Path | None = None  # the only directory chunk files go to (core/direct_sink.py); None: none
+    build: str = field(default_factory=build_id)  # the sources a worker must run (core/wire/build.py)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "faults", check_agent_faults(self.faults))

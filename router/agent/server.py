@@ -448,7 +448,17 @@ class _Servicer:
                 "worker joins only the session that invoked it (a late invocation from an earlier run?)",
             )
         ok = token_matches(agent.config.secret, agent.config.session_id, hello.worker_id, hello.secret)
-        if not ok or agent.fleet is None or not agent.fleet.admit(hello.worker_id, hello.cold_start):
+        if not ok or agent.fleet is None:
+            self._reject(context, grpc.StatusCode.UNAUTHENTICATED, "unknown worker or wrong session secret")
+        if hello.build != agent.config.build:
+            message = (
+                f"worker {hello.worker_id!r} runs build {hello.build or 'unknown (an older worker)'}, the "
+                f"agent build {agent.config.build}: deploy this build (sponge deploy), or start the "
+                "agent from the deployed sources"
+            )
+            logger.warning("refused a worker: %s", message)
+            self._reject(context, grpc.StatusCode.FAILED_PRECONDITION, message)
+        if not agent.fleet.admit(hello.worker_id, hello.cold_start):
             self._reject(context, grpc.StatusCode.UNAUTHENTICATED, "unknown worker or wrong session secret")
         agent.counters.add(stats.WORKERS_CONNECTED)
         if hello.cold_start:

@@ -174,13 +174,17 @@ def test_a_failing_tick_is_logged_with_its_traceback_and_the_agent_keeps_ticking
     assert "RuntimeError: the watchdog tripped" in caplog.text
 
 
-def _hello(agent, worker_id: str, token: str, version: int = PROTOCOL_VERSION):  # type: ignore[no-untyped-def]
+def _hello(agent, worker_id: str, token: str, version: int = PROTOCOL_VERSION, build: str | None = None):  # type: ignore[no-untyped-def]
     grpc = grpc_module()
     agent_pb2, agent_pb2_grpc = pb()
     with grpc.insecure_channel(agent.address) as channel:
         stub = agent_pb2_grpc.AgentStub(channel)
         hello = agent_pb2.Hello(
-            session_id=agent.config.session_id, worker_id=worker_id, secret=token, protocol_version=version
+            session_id=agent.config.session_id,
+            worker_id=worker_id,
+            secret=token,
+            protocol_version=version,
+            build=agent.config.build if build is None else build,
         )
         call = stub.Work(iter([agent_pb2.WorkerMessage(hello=hello)]), timeout=5)
         with pytest.raises(grpc.RpcError) as info:
@@ -197,6 +201,35 @@ def test_workers_without_the_session_secret_are_refused_and_counted(make_agent, 
     assert _hello(agent, "w2", worker_token(secret, sid, "w2")) == grpc.StatusCode.UNAUTHENTICATED
     assert _hello(agent, "w3", "x", version=PROTOCOL_VERSION + 1) == grpc.StatusCode.FAILED_PRECONDITION
     assert agent.stats()[stats.REJECTED_WORKERS] == 3
+
+
+def test_a_worker_of_another_build_is_refused_and_its_chunks_run_elsewhere(
+    make_agent, secret, caplog
+) -> None:  # type: ignore[no-untyped-def]
+    grpc = grpc_module()
+    sid = "s-build"
+    agent = make_agent(None, agent={"session_id": sid})
+    # Authenticated, but without the agent's build (an older worker says none at all).
+    assert (
+        _hello(agent, "w1", worker_token(secret, sid, "w1"), build="") == grpc.StatusCode.FAILED_PRECONDITION
+    )
+    assert (
+        _hello(agent, "w2", worker_token(secret, sid, "w2"), build="0" * 16)
+        == grpc.StatusCode.FAILED_PRECONDITION
+    )
+    assert agent.stats()[stats.REJECTED_WORKERS] == 2
+    # A real worker, started from these sources, against an agent that runs another build.
+    invoker = ThreadInvoker()
+    other = make_agent(invoker, agent={"build": "0" * 16}, dispatch={"local_fallback_s": 0.5})
+    with AgentClient(other.address, secret) as client:
+        result = client.offload(1, 0, 0, Q5, bids(2_000))
+    assert result.ran_locally and other.stats()[stats.REJECTED_WORKERS] >= 1
+    assert "deploy this build" in caplog.text
+    deadline = time.monotonic() + 10
+    while not invoker.results:
+        assert time.monotonic() < deadline, "the refused worker's invocation never ended"
+        time.sleep(0.02)
+    assert isinstance(invoker.results[0], SessionError) and "FAILED_PRECONDITION" in str(invoker.results[0])
 
 
 def test_a_refused_worker_fails_its_invocation_with_the_reason(make_agent) -> None:  # type: ignore[no-untyped-def]

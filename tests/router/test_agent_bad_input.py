@@ -21,6 +21,7 @@ import pyarrow as pa
 import pytest
 
 from core.wire.arrow_ipc import checksum, decode, encode
+from core.wire.build import build_id
 from core.wire.protocol import PROTOCOL_VERSION, grpc_module, pb
 from lambda_worker.handler import handler
 from lambda_worker.program import ProgramSpec
@@ -56,6 +57,7 @@ def _hello(descriptor: Mapping[str, Any], **changes: Any) -> Any:
         "worker_id": descriptor["worker_id"],
         "secret": descriptor["secret"],
         "protocol_version": PROTOCOL_VERSION,
+        "build": build_id(),
         **changes,
     }
     return agent_pb2.WorkerMessage(hello=agent_pb2.Hello(**fields))
