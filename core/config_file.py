@@ -9,6 +9,8 @@ typed values the flags give (`DataPlane`); a flag given on the command line wins
     bind = "0.0.0.0"          # where the agent listens
     advertise = "10.0.3.7"    # the host its workers and callers dial
     transport = "mtls"        # tls, mtls or plaintext
+    tls_dir = "/etc/sponge/tls"  # your own certificates instead of a CA made per run:
+                              # ca.pem, server.pem, server.key (and ca.key for mtls)
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ class DataPlane:
     bind: str | None = None
     advertise: str | None = None
     transport: str | None = None
+    tls_dir: str | None = None  # the file only: a directory of certificates belongs to the machine
 
     def options(self) -> dict[str, str | None]:
         """As OffloadConfig's keyword arguments (and DrillConfig's)."""

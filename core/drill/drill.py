@@ -76,6 +76,7 @@ class DrillConfig:
     bind: str | None = None
     advertise: str | None = None
     transport: str | None = None
+    tls_dir: str | None = None
     report: Path = Path("runs/drill")
     seed: int = 0
     stable_rate: float | None = None  # None: probe for ~70 % VM CPU
@@ -282,6 +283,7 @@ def _spec(config: DrillConfig, policy: str, trace: Trace, per_core: float, route
         bind=config.bind,
         advertise=config.advertise,
         transport=config.transport,
+        tls_dir=config.tls_dir,
         controlled=policy == "sponge" or vms,  # vmbase/vminit: the policy's trigger, no plan published
         max_workers=config.max_workers,
         prewarm=config.max_workers if routed and policy == "sponge" else 0,

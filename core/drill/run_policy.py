@@ -65,6 +65,7 @@ class PolicyRun:
     bind: str | None = None  # the agent's address, the one its workers dial, and its transport
     advertise: str | None = None
     transport: str | None = None
+    tls_dir: str | None = None  # the user's own certificates (core/config_file.py), if any
     controlled: bool = False  # the policy loop decides the share
     max_workers: int = 4
     prewarm: int = 0
@@ -345,6 +346,7 @@ def _run(spec: PolicyRun, pool: Any) -> dict[str, Any]:
             bind=spec.bind,
             advertise=spec.advertise,
             transport=spec.transport,
+            tls_dir=spec.tls_dir,
             workers=spec.max_workers,
             worker_cpus=frozenset(spec.worker_cpus) or None,
             prewarm=spec.prewarm,

@@ -79,6 +79,9 @@ class OffloadConfig:
     # "mtls" (callers and workers also present certificates of the run's CA) or "plaintext"; None
     # picks TLS unless the advertised address is loopback.
     transport: str | None = None
+    # A directory of the user's own certificates (core/wire/run_pki.py `own_server_pki`) instead of a
+    # CA made per run; checked here, once.
+    tls_dir: Path | str | None = None
     # The embedded fleet's workers in a network namespace of their own (`ip netns add NAME`): another
     # machine as far as the network goes; they reach the agent at `advertise` only.
     worker_netns: str | None = None
@@ -100,6 +103,14 @@ class OffloadConfig:
             raise ConfigError(
                 f"unknown transport {self.transport!r}", hint=f"use --transport {' or '.join(TRANSPORTS)}"
             )
+        if self.tls_dir is not None:
+            object.__setattr__(self, "tls_dir", Path(self.tls_dir))
+            if self.transport not in (TLS, MTLS):
+                raise ConfigError(
+                    f"tls_dir {self.tls_dir} needs TLS, but the transport is {self.transport}",
+                    hint="drop tls_dir, or use --transport tls or mtls",
+                )
+            self.own_tls()  # checked at once: a bad certificate stops the run before Spark starts
         if isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 1:
             raise ConfigError(f"--workers must be at least 1, got {self.workers!r}")
         if self.target not in TARGETS:
@@ -126,6 +137,15 @@ class OffloadConfig:
 
     def plan(self) -> OffloadPlan:
         return OffloadPlan.of_share(1, self.share, self.workers)
+
+    def own_tls(self) -> Any:
+        """The user's own certificates (a core.wire.run_pki.ServerPki), or None without tls_dir."""
+        if self.tls_dir is None:
+            return None
+        from core.wire.run_pki import own_server_pki
+
+        assert isinstance(self.tls_dir, Path) and self.advertise is not None
+        return own_server_pki(self.tls_dir, self.advertise, mutual=self.transport == MTLS)
 
 
 class OffloadSession:
@@ -161,7 +181,8 @@ class OffloadSession:
         tls_dir = None
         if self.config.transport in (TLS, MTLS):  # beside the secret: every caller reading it uses it
             names = {self.config.advertise, self.config.bind, "127.0.0.1", "localhost"} - {"0.0.0.0", "::"}
-            tls_dir = make_server_pki(names, mutual=self.config.transport == MTLS).write(self._secret_dir)
+            pki = self.config.own_tls() or make_server_pki(names, mutual=self.config.transport == MTLS)
+            tls_dir = pki.write(self._secret_dir)
         self.agent = AgentProcess(
             AgentProcessConfig(
                 secret_file=self.secret_file,

@@ -9,8 +9,8 @@ dropped once the server certificate is signed, so nothing else can ever be issue
 Mutual TLS keeps the CA's key beside the agent's (this user's private directory): the agent issues
 each worker a client certificate of its own, valid for the worker's session only, as it derives each
 worker's token, and the VM-side callers get one certificate of their own. A user who has
-certificates of their own puts them in the same layout (the file names below) and passes the
-directory instead.
+certificates of their own puts them in the same layout (the file names below) and names the
+directory (`tls_dir` in sponge.toml, `--tls-dir` of the bare agent); `own_server_pki` checks them.
 
 VM side only: it needs `cryptography`, which the workers never import (they get the CA as PEM).
 """
@@ -25,11 +25,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.types import CertificateIssuerPrivateKeyTypes
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from core import atomic_write
+from core.errors import ConfigError
 from core.wire.protocol import CA_FILE, CLIENT_CERT_FILE, CLIENT_KEY_FILE
 
 CERT_FILE, KEY_FILE = "server.pem", "server.key"
@@ -95,12 +98,76 @@ def issue_client(ca_pem: bytes, ca_key_pem: bytes, name: str, valid_for: dt.time
     """A client certificate and key for `name` (a worker), signed by the run's CA, valid `valid_for`."""
     ca = x509.load_pem_x509_certificate(ca_pem)
     ca_key = serialization.load_pem_private_key(ca_key_pem, password=None)
-    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+    assert isinstance(ca_key, CertificateIssuerPrivateKeyTypes)
     return _issue(ca_key, ca.subject, name, ExtendedKeyUsageOID.CLIENT_AUTH, valid_for)
 
 
+def own_server_pki(directory: Path, host: str, mutual: bool = False) -> ServerPki:
+    """A user's own certificates, in the layout `ServerPki.write` makes: the CA callers and workers
+    trust (ca.pem), the agent's certificate and key (server.pem, server.key), and for mutual TLS the
+    CA's key (ca.key), with which the VM's callers and each worker get a certificate of their own.
+    A ConfigError says what is missing or wrong: a key that is not the certificate's, a certificate
+    the CA did not sign, or one that does not name `host`, the address its callers and workers dial."""
+    files = {name: directory / name for name in (CA_FILE, CERT_FILE, KEY_FILE, CA_KEY_FILE)}
+    needed = [CA_FILE, CERT_FILE, KEY_FILE] + ([CA_KEY_FILE] if mutual else [])
+    missing = [name for name in needed if not files[name].is_file()]
+    if missing:
+        raise ConfigError(
+            f"the TLS directory {directory} has no {', '.join(missing)}",
+            hint=f"it holds {', '.join(needed)} (PEM)" + ("; mutual TLS needs the CA's key" * mutual),
+        )
+    ca_pem, cert_pem, key_pem = (files[n].read_bytes() for n in (CA_FILE, CERT_FILE, KEY_FILE))
+    try:
+        ca = x509.load_pem_x509_certificate(ca_pem)
+        cert = x509.load_pem_x509_certificate(cert_pem)
+        key = serialization.load_pem_private_key(key_pem, password=None)
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"{directory}: not a PEM certificate or unencrypted key: {e}") from None
+    if _public(key.public_key()) != _public(cert.public_key()):
+        raise ConfigError(f"{files[KEY_FILE]} is not the key of {files[CERT_FILE]}")
+    try:
+        cert.verify_directly_issued_by(ca)
+    except (ValueError, TypeError, InvalidSignature):
+        raise ConfigError(f"{files[CERT_FILE]} is not signed by {files[CA_FILE]}") from None
+    if not _names(cert, host):
+        raise ConfigError(
+            f"{files[CERT_FILE]} does not name {host}, the address the agent's callers and workers dial",
+            hint="issue it with that address among its subject alternative names, or change --advertise",
+        )
+    pki = ServerPki(ca_pem=ca_pem, cert_pem=cert_pem, key_pem=key_pem)
+    if not mutual:
+        return pki
+    ca_key_pem = files[CA_KEY_FILE].read_bytes()
+    client_pem, client_key = issue_client(ca_pem, ca_key_pem, "sponge vm", VALID_FOR)
+    return dataclasses.replace(
+        pki, ca_key_pem=ca_key_pem, client_cert_pem=client_pem, client_key_pem=client_key
+    )
+
+
+def _public(key: object) -> bytes:
+    return key.public_bytes(  # type: ignore[attr-defined]
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+
+
+def _names(cert: x509.Certificate, host: str) -> bool:
+    """Whether `cert`'s subject alternative names cover `host` (an address, or a name, wildcards too)."""
+    try:
+        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return False
+    try:
+        return ipaddress.ip_address(host) in sans.get_values_for_type(x509.IPAddress)
+    except ValueError:
+        pass
+    for name in sans.get_values_for_type(x509.DNSName):
+        if name == host or (name.startswith("*.") and host.partition(".")[2] == name[2:]):
+            return True
+    return False
+
+
 def _issue(
-    ca_key: ec.EllipticCurvePrivateKey,
+    ca_key: CertificateIssuerPrivateKeyTypes,
     issuer: x509.Name,
     name: str,
     usage: x509.ObjectIdentifier,

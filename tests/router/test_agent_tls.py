@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from core.wire.protocol import CA_FILE, ChannelTls
-from core.wire.run_pki import make_server_pki
+from core.wire.run_pki import make_server_pki, own_server_pki
 from router.client import AgentClient, OffloadError
+from tests.core.wire.test_run_pki import own_pki
 from tests.router.conftest import Q5, bids, sorted_rows
 from tests.router.fakes import ThreadInvoker
 
@@ -66,3 +67,18 @@ def test_mutual_tls_takes_each_worker_with_its_own_certificate_and_refuses_calle
     with client, pytest.raises(OffloadError) as e:
         client.offload(1, 3, 0, Q5, bids(500))
     assert e.value.code in {"UNAVAILABLE", "DEADLINE_EXCEEDED"}, e.value
+
+
+@pytest.mark.parametrize("mutual", [False, True], ids=["tls", "mtls"])
+def test_an_agent_serves_the_users_certificates_and_its_workers_trust_them(  # type: ignore[no-untyped-def]
+    make_agent, secret, tmp_path, mutual
+) -> None:
+    tls_dir = own_server_pki(own_pki(tmp_path / "mine", ("127.0.0.1",)), "127.0.0.1", mutual).write(
+        tmp_path / "run"
+    )
+    agent = make_agent(ThreadInvoker(), agent={"tls_dir": tls_dir}, dispatch={"local_fallback_s": 30.0})
+    data = bids(3_000)
+    with AgentClient(agent.address, secret, tls=ChannelTls.read(tls_dir)) as client:
+        result = client.offload(1, 2, 0, Q5, data)
+    assert not result.ran_locally and result.worker_id  # a worker dialled in, trusting the user's CA
+    assert sorted_rows(result.table) == sorted_rows(Q5.compile().run_table(data))
