@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
+import sys
 import tempfile
 from pathlib import Path
 from typing import Annotated
@@ -43,6 +45,8 @@ def chaos(
     from core.results import read_results
 
     check_query(query)
+    # A SIGTERM stops the schedule's `sponge run` too (subprocess.run kills its child on an exception).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     run = ChaosRun(query, events, batch_events, offload_share, workers)
     work = workdir or Path(tempfile.mkdtemp(prefix="sponge-chaos-"))
     work.mkdir(parents=True, exist_ok=True)

@@ -13,8 +13,8 @@ from core.drill.chaos import SPONGE, ChaosRun, resumed, schedule
 from core.fault_spec import DRIVER_KILL, parse_all
 
 RUN = ChaosRun("q8", 8_000, 1_000, 0.5, 2)
-SEED = 5  # seeds 5-7: three driver kills, with a query restart, a stalled worker, an agent restart
-# and a worker kill among them
+SEED = 9  # seeds 9-11: a driver kill (resumed), a stalled worker, an agent SIGKILL, worker kills, task
+# failures and a throttle
 
 
 def test_a_seed_draws_the_same_schedule_and_resumed_runs_drop_counted_faults(tmp_path: Path) -> None:
@@ -32,7 +32,7 @@ def test_a_seed_draws_the_same_schedule_and_resumed_runs_drop_counted_faults(tmp
 @pytest.mark.slow
 @pytest.mark.spark
 @pytest.mark.timeout(900)
-def test_three_spark_schedules_with_driver_kills_equal_the_reference(tmp_path: Path) -> None:
+def test_three_spark_schedules_with_a_driver_kill_equal_the_reference(tmp_path: Path) -> None:
     argv = [*SPONGE, "chaos", "q8", "--schedules", "3", "--seed", str(SEED), "--workdir", str(tmp_path)]
     done = subprocess.run([*argv, "--json"], capture_output=True, text=True, timeout=850)
     report = json.loads(done.stdout.strip().splitlines()[-1])
@@ -40,6 +40,6 @@ def test_three_spark_schedules_with_driver_kills_equal_the_reference(tmp_path: P
     figures = {k: report[k] for k in ("failed", "lost", "duplicated", "unexpected")}
     assert figures == dict.fromkeys(figures, 0), (report["failing"], done.stderr[-3000:])
     assert done.returncode == 0
-    assert report["fault_mix"][DRIVER_KILL] == 3
-    assert done.stderr.count("resuming from its checkpoint") == 3
+    assert report["fault_mix"][DRIVER_KILL] == 1
+    assert done.stderr.count("resuming from its checkpoint") == 1
     assert not list(tmp_path.glob("seed-*"))  # a passing schedule's run is removed
