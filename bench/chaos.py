@@ -18,6 +18,7 @@ The schedules are shared out over `--parallel` such worlds side by side.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import random
@@ -175,6 +176,7 @@ class World:
             retry_budget_s=60.0,
         )
         self.programs = ProgramCache()
+        self.injected: Counter[str] = Counter()  # the faults the bench itself made happen
 
     def throttling(self, on: bool) -> None:
         """Make the agent refuse a share of its invokes (or not): a new agent, on the same port."""
@@ -183,17 +185,14 @@ class World:
             self.agent.config = dataclasses.replace(self.agent.config, faults=faults)
             self.agent.restart()
 
-    def kill_a_worker(self, rng: random.Random) -> bool:
+    def kill_a_worker(self, rng: random.Random) -> None:
+        """SIGKILL one of the agent's worker processes (none may be running: then nothing happens)."""
         pid = self.agent.pid
         workers = psutil.Process(pid).children() if pid is not None else []
-        if not workers:
-            return False
-        victim = rng.choice(workers)
-        try:
-            os.kill(victim.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            return False
-        return True
+        if workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(rng.choice(workers).pid, signal.SIGKILL)
+                self.injected["worker_kill"] += 1
 
     def close(self) -> dict[str, int]:
         self.client.close()
@@ -232,17 +231,13 @@ def run_schedule(world: World, schedule: Schedule) -> ScheduleOutcome:
             world.kill_a_worker(rng)
         elif fault.kind == "agent-kill":
             world.agent.restart()
+            world.injected["agent_kill"] += 1
         elif fault.kind == "timeout":
             world.proxy.hold_next_result(CHUNK_TIMEOUT_S + 0.3)
         elif fault.kind == "partition":
             world.proxy.partition(rng.uniform(0.05, 0.3))
-        elif fault.kind in ("delay", "duplicate", "reorder"):
-            standing = {
-                "delay": {"delay_s": 0.03},
-                "duplicate": {"duplicate": 0.3},
-                "reorder": {"reorder": 0.3},
-            }
-            world.proxy.set_faults(dataclasses.replace(world.proxy.faults, **standing[fault.kind]))
+        elif fault.kind in STANDING:
+            world.proxy.set_faults(dataclasses.replace(world.proxy.faults, **STANDING[fault.kind]))
 
     firing = threading.Thread(target=lambda: [fire(f) for f in schedule.faults], daemon=True)
     firing.start()
@@ -310,7 +305,7 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], Tally]:
         injected: Counter[str] = Counter()
         for world in worlds:
             totals.update(world.close())
-            injected.update(world.proxy.injected)
+            injected.update(world.proxy.injected + world.injected)
         shutil.rmtree(work, ignore_errors=True)
     tally.outcomes.sort(key=lambda o: o.seed)
     report = tally.report()
@@ -319,7 +314,7 @@ def run(args: argparse.Namespace) -> tuple[dict[str, Any], Tally]:
         seed=args.seed,
         parallel=args.parallel,
         elapsed_s=round(time.monotonic() - bench_started, 1),
-        proxy_injected=dict(sorted(injected.items())),
+        injected=dict(sorted(injected.items())),
         agent=_recoveries(totals),
     )
     return report, tally
@@ -361,7 +356,7 @@ def _table(report: dict[str, Any]) -> Any:
     )
     mix = Counter(report["fault_mix"])
     table.caption = (
-        f"fault mix (schedules): {dict(mix)}; proxy did: {report['proxy_injected']}; agent: {report['agent']}"
+        f"fault mix (schedules): {dict(mix)}; injected: {report['injected']}; agent: {report['agent']}"
     )
     return table
 
