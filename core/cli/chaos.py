@@ -26,7 +26,10 @@ def chaos(
     workers: Annotated[int, typer.Option(min=1, help="Lambda workers the agent may run.")] = 2,
     workdir: Annotated[
         Path | None,
-        typer.Option(help="Where the runs go (default: a new temporary directory); a failing one stays."),
+        typer.Option(
+            file_okay=False,
+            help="Where the runs go (default: a new temporary directory); a failing one stays.",
+        ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="End with the figures as one JSON line.")] = False,
 ) -> None:

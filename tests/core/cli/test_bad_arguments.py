@@ -62,6 +62,7 @@ WORK = {
     "core.nexmark.reference": "write_reference",
     "core.nexmark.export": "write_events",
     "core.drill.drill": "run_drill",
+    "core.drill.chaos": "run_schedule",
     "policy.sim.experiment": "simulate_query",
     "infra.deploy.stack": ("deploy", "destroy", "localstack_endpoint"),
     "infra.deploy.status": "status",
@@ -146,6 +147,11 @@ CASES: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
         ("unknown --handoff 'eager'", "lazy or all-at-once"),
     ),
     (("run", "q1", "-o", "{tmp}/out", "--target", "aws"), ("--target needs --offload-share",)),
+    (("run", "q1", "-o", "{tmp}/out", "--chunk-timeout", "5"), ("--chunk-timeout needs --offload-share",)),
+    (
+        ("run", "q1", "-o", "{tmp}/out", "--offload-share", "0.5", "--chunk-timeout", "0"),
+        ("--chunk-timeout",),
+    ),
     # run: memory
     (
         ("run", "q1", "-o", "{tmp}/out", "--driver-memory", "lots"),
@@ -201,6 +207,11 @@ CASES: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
     (("simulate", "--duration", "5"), ("--duration",)),
     (("simulate", "--rho", "0"), ("--rho",)),
     (("simulate", "--report", "{file}"), ("--report", "is a file")),
+    # chaos
+    (("chaos", "q42"), ("unknown query 'q42'",)),
+    (("chaos", "q5", "--schedules", "0"), ("--schedules",)),
+    (("chaos", "q5", "--offload-share", "1.5"), ("--offload-share",)),
+    (("chaos", "q5", "--workdir", "{file}"), ("--workdir", "is a file")),
     # deploy
     (("deploy", "--target", "gcp"), ("unknown deploy target 'gcp'", "localstack or aws")),
     (("deploy", "--target", "aws", "--parameter", "WorkerTimeout"), ("is not KEY=VALUE",)),
