@@ -107,7 +107,7 @@ MUTATIONS: tuple[Mutation, ...] = (
             "tests/router/test_source_router.py",
             "tests/core/test_direct_sink.py",
             f"{E2E}q5-1-0.3",
-            f"{OFFLOAD_RUN} -k fault and q1-",  # chunk_rows=500: tasks of several chunks, direct sink
+            f"{OFFLOAD_RUN} -k fault and q2-",  # chunk_rows=500: tasks of several chunks, direct sink
         ),
     ),
     Mutation(

@@ -14,6 +14,7 @@ import typer
 
 from core.cli.options import EventsOpt, QueryArg, check_query, generator, params
 from core.console import err, out
+from core.errors import ConfigError
 
 
 def chaos(
@@ -56,6 +57,11 @@ def chaos(
     err.print(f"runs go to {work}", highlight=False)
     write_reference(query, generator(events, 1, None), params(10, 2), work / "reference")
     reference = read_results(work / "reference")
+    if reference.num_rows == 0:
+        raise ConfigError(
+            f"{query}'s reference over {events} events is empty: no schedule could lose a record",
+            hint="raise --events",
+        )
     tally = Tally(replay=run.replay())
     for i in range(schedules):
         faults = " ".join(f.text() for f in schedule(run, seed + i))

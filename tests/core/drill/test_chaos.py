@@ -12,7 +12,7 @@ import pytest
 from core.drill.chaos import SPONGE, ChaosRun, resumed, schedule
 from core.fault_spec import DRIVER_KILL, parse_all
 
-RUN = ChaosRun("q8", 8_000, 1_000, 0.5, 2)
+RUN = ChaosRun("q8", 4_000, 800, 0.5, 2)  # five epochs: a schedule takes about half a minute
 SEED = 9  # seeds 9-11: a driver kill (resumed), a stalled worker, an agent SIGKILL, worker kills, task
 # failures and a throttle
 
@@ -33,7 +33,9 @@ def test_a_seed_draws_the_same_schedule_and_resumed_runs_drop_counted_faults(tmp
 @pytest.mark.spark
 @pytest.mark.timeout(900)
 def test_three_spark_schedules_with_a_driver_kill_equal_the_reference(tmp_path: Path) -> None:
-    argv = [*SPONGE, "chaos", "q8", "--schedules", "3", "--seed", str(SEED), "--workdir", str(tmp_path)]
+    sizes = ["--events", str(RUN.events), "--batch-events", str(RUN.batch_events)]
+    argv = [*SPONGE, "chaos", "q8", *sizes, "--schedules", "3", "--seed", str(SEED)]
+    argv += ["--workdir", str(tmp_path)]
     done = subprocess.run([*argv, "--json"], capture_output=True, text=True, timeout=850)
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["schedules"] == 3
