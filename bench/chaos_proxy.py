@@ -112,13 +112,17 @@ class FaultProxy:
             self._cut_until = time.monotonic() + seconds
             live = list(self._live)
         if seconds:
-            self.injected["partition"] += 1
+            self._count("partition")
         for call in live:
             call.cancel()
 
     def hold_next_result(self, seconds: float) -> None:
         with self._lock:
             self._hold_result_s = seconds
+
+    def _count(self, kind: str) -> None:
+        with self._lock:
+            self.injected[kind] += 1
 
     def _cut(self) -> bool:
         return time.monotonic() < self._cut_until
@@ -134,7 +138,7 @@ class FaultProxy:
         if limit > 0:
             with self._lock:
                 pause = self._rng.uniform(0, limit)
-            self.injected["delay"] += 1
+            self._count("delay")
             time.sleep(pause)
 
     def _take_hold(self, message: bytes) -> float:
@@ -146,7 +150,7 @@ class FaultProxy:
         with self._lock:
             held, self._hold_result_s = self._hold_result_s, 0.0
         if held:
-            self.injected["held_result"] += 1
+            self._count("held_result")
         return held
 
     # ---- forwarding ----
@@ -160,14 +164,14 @@ class FaultProxy:
         metadata = _passed(context.invocation_metadata())
         timeout = context.time_remaining()
         if self._draw(self.faults.reorder):
-            self.injected["reorder"] += 1
+            self._count("reorder")
             with self._lock:
                 pause = self._rng.uniform(*HOLD_BACK_S)
             time.sleep(pause)
         self._wait()
         call = self._channel.unary_unary(method)
         if self._draw(self.faults.duplicate):
-            self.injected["duplicate"] += 1
+            self._count("duplicate")
             with self._lock:
                 lag = self._rng.uniform(0, COPY_LAG_S)
             threading.Timer(lag, self._copy, (call, request, metadata, timeout)).start()
@@ -211,7 +215,7 @@ class FaultProxy:
                 self._wait()
                 yield message
                 if self._draw(self.faults.duplicate):
-                    self.injected["duplicate"] += 1
+                    self._count("duplicate")
                     yield message
         except grpc.RpcError as e:
             if e.code() == grpc.StatusCode.CANCELLED:
@@ -233,7 +237,7 @@ class FaultProxy:
                     time.sleep(held)
                 outgoing.put(message)
                 if self._draw(self.faults.duplicate):
-                    self.injected["duplicate"] += 1
+                    self._count("duplicate")
                     outgoing.put(message)
         except grpc.RpcError:
             pass  # the worker's side broke: the agent sees the stream end, as it would
