@@ -30,7 +30,7 @@ from core.fault_spec import (
 _SHARES = (0.2, 0.3, 0.5)
 # A stalled worker holds its chunk past the chunk timeout of the runs that draw schedules (2 s), and
 # is free again soon after: its environment cannot tell that the chunk was taken back meanwhile.
-STALL = "6s"
+STALL = "3s"
 
 
 def random_schedule(

@@ -12,7 +12,7 @@ import pytest
 from core.drill.chaos import SPONGE, ChaosRun, resumed, schedule
 from core.fault_spec import DRIVER_KILL, parse_all
 
-RUN = ChaosRun("q8", 4_000, 800, 0.5, 2)  # five epochs: a schedule takes about half a minute
+RUN = ChaosRun("q8", 4_000, 1_000, 0.5, 2)  # four epochs: a schedule takes about half a minute
 SEED = 9  # seeds 9-11: a driver kill (resumed), a stalled worker, an agent SIGKILL, worker kills, task
 # failures and a throttle
 
