@@ -28,7 +28,7 @@ from core.fault_spec import (
 # Shares of at least 0.2: the agent's seeded draws then hit the very first invoke and chunk, so a
 # drawn throttle or stall always happens, however few invokes a short run makes.
 _SHARES = (0.2, 0.3, 0.5)
-# A stalled worker holds its chunk past the chunk timeout of the runs that draw schedules (2 s), and
+# A stalled worker holds its chunk past the chunk timeout of the runs that draw schedules (1-2 s), and
 # is free again soon after: its environment cannot tell that the chunk was taken back meanwhile.
 STALL = "3s"
 

@@ -179,7 +179,8 @@ def test_output_equals_reference_under_a_fault_schedule(
     spark, tmp_path: Path, query: str, seed: int, faults: tuple[str, ...]
 ) -> None:
     specs = parse_all(faults)
-    offload = OffloadConfig(share=0.5, workers=2, faults=specs, chunk_rows=500, chunk_timeout_s=2.0)
+    # A stalled worker (3 s) loses its chunk after 1 s: the stall costs the run one second, not two.
+    offload = OffloadConfig(share=0.5, workers=2, faults=specs, chunk_rows=500, chunk_timeout_s=1.0)
     summary = _run(tmp_path, query, seed, offload, FAULT_EVENTS, pace=False, epoch_events=FAULT_EPOCH_EVENTS)
 
     # Each fault happened, as often as its trigger says, and the run shows the recovery it needs.

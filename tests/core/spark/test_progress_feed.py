@@ -11,7 +11,7 @@ from core.nexmark.generator import GeneratorConfig
 from core.nexmark.schedule import RateSchedule
 from core.spark.runner import RunConfig, run_query
 
-BATCHES = 120
+BATCHES = 105
 PER_BATCH = 25
 
 
