@@ -20,6 +20,18 @@ def test_the_files_settings_apply_and_a_flag_wins(tmp_path: Path) -> None:
     assert (offload.bind, offload.advertise, offload.transport) == ("0.0.0.0", "10.0.3.7", "tls")
 
 
+def test_the_files_own_certificates_reach_the_run_checked(tmp_path: Path) -> None:
+    from tests.core.wire.test_run_pki import own_pki
+
+    mine = own_pki(tmp_path / "tls", ("10.0.3.7",))
+    path = tmp_path / "sponge.toml"
+    path.write_text(f'[data_plane]\nadvertise = "10.0.3.7"\ntls_dir = "{mine}"\n')
+    offload = offload_config(0.5, None, "embedded", [], settings=path)
+    assert offload is not None and offload.tls_dir == mine and offload.transport == "tls"
+    with pytest.raises(ConfigError, match="does not name"):
+        offload_config(0.5, None, "embedded", [], advertise="10.0.3.8", settings=path)
+
+
 def test_without_a_file_nothing_is_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     assert load(None) == DataPlane()
