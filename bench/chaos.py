@@ -46,7 +46,7 @@ from core.direct_sink import chunk_name
 from core.fault_spec import FaultSpec
 from core.nexmark.generator import GeneratorConfig, generate
 from core.results import RecordCheck, check_records
-from core.wire.protocol import ChannelTls
+from core.wire.protocol import read_credentials
 from core.wire.run_pki import make_server_pki
 from lambda_worker.program import ProgramCache, ProgramSpec
 from router.agent_process import AgentProcess, AgentProcessConfig, free_port, write_secret
@@ -168,12 +168,9 @@ class World:
         )
         self.agent = AgentProcess(self.config)
         self.agent.start()
+        secret, tls = read_credentials(secret_file)  # as a Spark task reads its run's credentials
         self.client = AgentClient(
-            f"127.0.0.1:{proxy_port}",
-            secret_file.read_text().strip().encode(),
-            tls=ChannelTls(pki.ca_pem),
-            timeout_s=2.0,
-            retry_budget_s=60.0,
+            f"127.0.0.1:{proxy_port}", secret, tls=tls, timeout_s=2.0, retry_budget_s=60.0
         )
         self.programs = ProgramCache()
         self.injected: Counter[str] = Counter()  # the faults the bench itself made happen

@@ -80,7 +80,7 @@ class OffloadConfig:
     # picks TLS unless the advertised address is loopback.
     transport: str | None = None
     # A directory of the user's own certificates (core/wire/run_pki.py `own_server_pki`) instead of a
-    # CA made per run; checked here, once.
+    # CA made per run; checked when the configuration is made, read again when the agent starts.
     tls_dir: Path | str | None = None
     # The embedded fleet's workers in a network namespace of their own (`ip netns add NAME`): another
     # machine as far as the network goes; they reach the agent at `advertise` only.
