@@ -84,10 +84,11 @@ def configure_faults(faults: Any) -> None:
 
 def _warmup(event: Mapping[str, Any], cold: bool, started: float) -> dict[str, Any]:
     from core.wire.protocol import grpc_module, pb
-    from lambda_worker.program import ProgramSpec
+    from lambda_worker.program import ProgramSpec, preload
 
     grpc_module()
     pb()
+    preload()
     programs = STATE.program_cache()
     if event.get("program") is not None:
         programs.get(ProgramSpec.from_json(event["program"]))

@@ -10,7 +10,7 @@ lowering does on the VM (merge/spark/keyed_processor.py).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import polars as pl
@@ -25,11 +25,9 @@ from core.plan import LatestAggregate, LogicalPlan, WindowAggregate, WindowJoin,
 from lambda_worker.transient import TransientProgram
 from merge.join_step import JoinStep
 from merge.keyed_groups import GROUP, Frames, groups_of, read_request, seal_answer
-from merge.keyed_step import SIDE, KeyedStep, key_column, keys_of, select
+from merge.keyed_step import SIDE, KeyedStep, key_column, keys_of, next_due_by_group, select
 from merge.latest_step import LatestStep
 from merge.winner import WinnerSpec
-
-_CUT = "sponge_cut"  # a state row's key group while the state is cut by group
 
 
 @dataclass(frozen=True)
@@ -130,20 +128,17 @@ class KeyedProgram:
     def joined(self, *states: Frames) -> Frames:
         return self.spec.joined(*states)
 
-    def by_group(self, state: Frames, groups: Iterable[int]) -> dict[int, Frames]:
-        """`state` cut by key group (ADR 0023), one entry per group of `groups`, empty where it holds none."""
-        cut: dict[int, dict[str, pl.DataFrame | None]] = {g: {} for g in groups}
-        for name, frame in state.items():
-            if frame is None:
-                continue
-            tagged = frame.with_columns(groups_of(frame, self.spec.keys).alias(_CUT))
-            parts = tagged.partition_by(_CUT, as_dict=True, include_key=False)
-            for g in cut:
-                cut[g][name] = parts.get((g,), frame.clear())
-        return cut  # type: ignore[return-value]
+    def of_groups(self, state: Frames, groups: Collection[int]) -> Frames:
+        """The rows of `state` whose key is in one of `groups` (ADR 0023)."""
+        wanted = pl.Series(sorted(groups), dtype=pl.Int64)
+        return {
+            name: None if f is None else f.filter(groups_of(f, self.spec.keys).is_in(wanted))
+            for name, f in state.items()
+        }
 
-    def next_due_ms(self, state: Frames) -> int | None:
-        return self.spec.next_due_ms(state)
+    def next_due_by_group(self, state: Frames, groups: Collection[int]) -> dict[int, int | None]:
+        """When each of `groups` next has something due in `state` (ADR 0023's groups)."""
+        return next_due_by_group(self.spec, state, groups)
 
     def key_count(self, state: Frames) -> int:
         keys = keys_of(self.spec, state)

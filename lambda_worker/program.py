@@ -142,3 +142,16 @@ class ProgramCache:
                 hint="the sender and this worker disagree on the spec format: check their versions",
             )
         return self.get(spec)
+
+
+def preload() -> None:
+    """Load now what a program's first chunk would otherwise load while its records wait: the keyed
+    and ranking programs' modules, and what polars loads on its first Arrow conversion (it imports
+    pandas then: about 0.35 s here). Called while a worker warms and when the agent starts."""
+    import polars as pl
+    import pyarrow as pa
+
+    import lambda_worker.keyed
+    import lambda_worker.rank  # noqa: F401
+
+    pl.from_arrow(pa.table({"x": pa.array([], pa.int64())}))

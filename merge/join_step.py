@@ -73,5 +73,5 @@ class JoinStep(TwoSided):
     def joined(self, *states: Frames) -> Frames:
         return {name: stacked([s.get(name) for s in states]) for name in NAMES}
 
-    def next_due_ms(self, state: Frames) -> int | None:
-        return None
+    def due_at(self) -> dict[str, pl.Expr]:
+        return {}

@@ -10,13 +10,13 @@ generic, because every frame of a keyed state carries the key columns.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 import polars as pl
 
-from merge.keyed_groups import Frames
+from merge.keyed_groups import Frames, groups_of
 
 SIDE = "sponge_side"  # an input row's port: 0 the left input, 1 the right (2: a receipt, keyed_batch)
 
@@ -88,7 +88,10 @@ class KeyedStep(Protocol):
         """States of disjoint keys as one."""
         ...
 
-    def next_due_ms(self, state: Frames) -> int | None: ...
+    def due_at(self) -> Mapping[str, pl.Expr]:
+        """Per state frame, the aggregation of its rows that gives the earliest watermark (ms) at
+        which they have something due (a frame not named has nothing due)."""
+        ...
 
 
 def stacked(frames: Sequence[pl.DataFrame | None]) -> pl.DataFrame | None:
@@ -134,3 +137,29 @@ def select(
     keys = pl.concat(wanted, how="vertical_relaxed") if wanted else None
     needed, rest = take(step, state, keys)
     return needed, step.expire(rest, watermark_ms).state
+
+
+def next_due(step: KeyedStep, state: Frames) -> int | None:
+    """The earliest watermark (ms) at which `state` has something due (None: nothing)."""
+    dues = [
+        frame.select(agg).item()
+        for name, agg in step.due_at().items()
+        if (frame := state.get(name)) is not None and frame.height
+    ]
+    present = [int(d) for d in dues if d is not None]
+    return min(present) if present else None
+
+
+def next_due_by_group(step: KeyedStep, state: Frames, groups: Collection[int]) -> dict[int, int | None]:
+    """`next_due` of each key group's part of `state`, in one pass per frame (ADR 0023's groups)."""
+    dues: dict[int, int | None] = dict.fromkeys(groups)
+    for name, agg in step.due_at().items():
+        frame = state.get(name)
+        if frame is None or frame.height == 0:
+            continue
+        per = frame.group_by(groups_of(frame, step.keys)).agg(agg)
+        for g, due in per.iter_rows():
+            if due is not None and g in dues:
+                known = dues[g]
+                dues[g] = int(due) if known is None else min(known, int(due))
+    return dues

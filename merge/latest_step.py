@@ -22,7 +22,7 @@ import polars as pl
 from core.plan import AggCall, LatestAggregate
 from merge import polars_fold
 from merge.keyed_groups import Frames
-from merge.keyed_step import SIDE, Stepped, key_column, stacked
+from merge.keyed_step import SIDE, Stepped, key_column, next_due, stacked
 
 KEPT, WAITING = "kept", "waiting"
 NAMES = (KEPT, WAITING)
@@ -123,7 +123,7 @@ class LatestStep:
                 base = kept if kept is not None else due.select(self.kept_columns).clear()
                 out, kept = self.answer(base, due)
         state = {KEPT: kept, WAITING: waiting}
-        return Stepped(state, out, self.next_due_ms(state), out.height if out is not None else 0)
+        return Stepped(state, out, next_due(self, state), out.height if out is not None else 0)
 
     def due_keys(self, state: Frames, watermark_ms: int) -> pl.DataFrame | None:
         """The keys of the rows the watermark makes due."""
@@ -139,8 +139,5 @@ class LatestStep:
     def joined(self, *states: Frames) -> Frames:
         return {name: stacked([s.get(name) for s in states]) for name in NAMES}
 
-    def next_due_ms(self, state: Frames) -> int | None:
-        waiting = state.get(WAITING)
-        if waiting is None or waiting.height == 0:
-            return None
-        return int(waiting.select(self._due_at().min()).item())
+    def due_at(self) -> dict[str, pl.Expr]:
+        return {WAITING: self._due_at().min()}

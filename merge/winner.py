@@ -23,7 +23,7 @@ import polars as pl
 from core.expr import Expr
 from core.expr_polars import to_polars
 from core.plan import WindowAggregate, WinnerAtClose
-from merge.keyed_step import SIDE, Frames, Stepped, TwoSided
+from merge.keyed_step import SIDE, Frames, Stepped, TwoSided, next_due
 from merge.partials import latest_partials
 from merge.polars_fold import US_PER_MS, ceil_ms
 
@@ -90,8 +90,9 @@ class WinnerSpec(TwoSided):
     def joined(self, *states: Frames) -> Frames:
         return state_frames(joined(*(state_of(s) for s in states)))
 
-    def next_due_ms(self, state: Frames) -> int | None:
-        return next_due_ms(self, state_of(state))
+    def due_at(self) -> dict[str, pl.Expr]:
+        """An entity's close; the instant after the last pending row, when the pending rows can go."""
+        return {OPEN: _closes_ms(self).min(), PENDING: pl.col(self.at).dt.epoch("us").max() // US_PER_MS + 1}
 
     def offer(self, open_: pl.DataFrame, candidates: pl.DataFrame) -> pl.DataFrame:
         """Each open entity's best right row after seeing `candidates` (right rows of its keys)."""
@@ -184,7 +185,7 @@ def expire(spec: WinnerSpec, state: WinnerState, watermark_ms: int) -> Decided:
     if pending is not None:
         pending = pending.filter(pl.col(s.at).dt.epoch("us") >= watermark_ms * US_PER_MS)
     kept = WinnerState(open_, pending)
-    return Decided(kept, won, next_due_ms(s, kept), decided)
+    return Decided(kept, won, next_due(s, state_frames(kept)), decided)
 
 
 def emitted(spec: WinnerSpec, won: pl.DataFrame) -> pl.DataFrame:
@@ -198,17 +199,6 @@ def emitted(spec: WinnerSpec, won: pl.DataFrame) -> pl.DataFrame:
 def _closes_ms(spec: WinnerSpec) -> pl.Expr:
     """The watermark (ms) at which an open entity closes."""
     return ceil_ms(pl.col(spec.closes).dt.epoch("us"))
-
-
-def next_due_ms(spec: WinnerSpec, state: WinnerState) -> int | None:
-    """The earliest watermark (ms) at which `state` has something due: an entity's close, or the
-    instant after its last pending row, when the pending rows can go."""
-    nexts = []
-    if state.open is not None and state.open.height:
-        nexts.append(int(state.open.select(_closes_ms(spec).min()).item()))
-    if state.pending is not None and state.pending.height:
-        nexts.append(int(state.pending.select(pl.col(spec.at).dt.epoch("us").max()).item()) // US_PER_MS + 1)
-    return min(nexts) if nexts else None
 
 
 def joined(*states: WinnerState) -> WinnerState:

@@ -13,11 +13,13 @@ group is no longer named by any state Spark could restore; those are dropped the
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Collection
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
@@ -62,6 +64,7 @@ class HandoffStore:
         self.parts_dir.mkdir(parents=True, exist_ok=True)
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self._chunks: OrderedDict[ChunkRef, pa.Table] = OrderedDict()
+        self._indexes: dict[str, _StateIndex] = {}
         self._lock = threading.Lock()
 
     # ---- stashed records ----
@@ -94,22 +97,82 @@ class HandoffStore:
 
     # ---- state versions ----
 
-    def _state_path(self, op: str, group: int, version: int) -> Path:
-        return self.state_dir / op / str(group) / f"v{version}.arrow"
+    def put_states(self, op: str, versions: Mapping[int, int], state: pa.Table) -> None:
+        """Store one seal's new state: the key groups `versions` names, each at its version, in one file
+        (one write and one flush per seal, not one per group: ADR 0025's measured cost).
 
-    def put_state(self, op: str, group: int, version: int, state: pa.Table) -> None:
-        path = self._state_path(op, group, version)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write.write_bytes(path, encode(state, "lz4"))
-        for old in path.parent.glob("v*.arrow"):
-            if int(old.stem[1:]) < version - 1:
-                old.unlink(missing_ok=True)
+        The file is named by its (group, version) list, so a repeated seal writes the same file. Once
+        a group reaches version v, its versions below v-1 can no longer be named by a committed batch;
+        a file none of whose groups is still at a version that can be named is dropped."""
+        if not versions:
+            return
+        named = ",".join(f"{g}@{v}" for g, v in sorted(versions.items()))
+        path = self.state_dir / op / f"{hashlib.blake2b(named.encode(), digest_size=12).hexdigest()}.arrow"
+        meta = {**(state.schema.metadata or {}), _VERSIONS: json.dumps(sorted(versions.items())).encode()}
+        atomic_write.write_bytes(path, encode(state.replace_schema_metadata(meta), "lz4"))
+        with self._lock:
+            index = self._index(op)
+            index.add(path, dict(versions))
+            for dead in index.dead(set(versions)):
+                dead.unlink(missing_ok=True)
 
     def state(self, op: str, group: int, version: int) -> pa.Table | None:
-        """Version `version` of a group's state, or None for version 0 (a group that starts empty)."""
-        path = self._state_path(op, group, version)
-        if path.exists():
+        """The stored state holding version `version` of `group` (with the groups sealed beside it: the
+        caller cuts its group out), or None for version 0 (a group that starts empty)."""
+        with self._lock:
+            path = self._index(op).path(group, version)
+        if path is not None:
             return decode(path.read_bytes())
         if version == 0:
             return None
         raise KeyError(f"state v{version} of {op} group {group} is gone (only the last two are kept)")
+
+    def _index(self, op: str) -> _StateIndex:
+        """The operator's index of stored versions, read off its files' headers the first time."""
+        index = self._indexes.get(op)
+        if index is None:
+            index = self._indexes[op] = _StateIndex()
+            for path in sorted((self.state_dir / op).glob("*.arrow")):
+                index.add(path, _versions_of(path))
+            for dead in index.dead(set(index.newest)):
+                dead.unlink(missing_ok=True)
+        return index
+
+
+_VERSIONS = b"sponge.versions"
+
+
+def _versions_of(path: Path) -> dict[int, int]:
+    with pa.OSFile(str(path)) as f, pa.ipc.open_stream(f) as reader:
+        return dict(json.loads((reader.schema.metadata or {})[_VERSIONS]))
+
+
+@dataclass
+class _StateIndex:
+    """Which file holds which (group, version) of one operator's stored state."""
+
+    where: dict[tuple[int, int], Path] = field(default_factory=dict)
+    files: dict[Path, dict[int, int]] = field(default_factory=dict)
+    by_group: dict[int, set[Path]] = field(default_factory=dict)
+    newest: dict[int, int] = field(default_factory=dict)
+
+    def add(self, path: Path, versions: dict[int, int]) -> None:
+        self.files[path] = versions
+        for g, v in versions.items():
+            self.where[(g, v)] = path
+            self.by_group.setdefault(g, set()).add(path)
+            self.newest[g] = max(v, self.newest.get(g, v))
+
+    def path(self, group: int, version: int) -> Path | None:
+        return self.where.get((group, version))
+
+    def dead(self, groups: set[int]) -> list[Path]:
+        """Forget, and name, the files of `groups` that hold no version a committed batch can name."""
+        candidates = set().union(*(self.by_group.get(g, set()) for g in groups))
+        gone = [p for p in candidates if all(v < self.newest[g] - 1 for g, v in self.files[p].items())]
+        for path in gone:
+            for g, v in self.files.pop(path).items():
+                self.by_group[g].discard(path)
+                if self.where.get((g, v)) == path:
+                    del self.where[(g, v)]
+        return gone

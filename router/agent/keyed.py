@@ -33,7 +33,6 @@ from router.handoff_store import ChunkRef, HandoffStore
 from router.result_cache import ChunkKey
 
 SEAL_SEQ = -1  # the chunk_seq of a seal's key: no source chunk has a negative number
-STATE_WRITERS = 8  # a seal's groups' new versions written at once
 
 # The agent's submit: (key, program, payload, records counted, result check) -> (outcome, cached)
 Offload = Callable[[ChunkKey, str, bytes, int | None, Any], tuple[futures.Future[Any], bool]]
@@ -63,9 +62,8 @@ class KeyedAgent:
         self.compression = compression
         self.counters = counters
         self._programs: dict[str, tuple[ProgramSpec, KeyedProgram]] = {}
-        self._latest: dict[tuple[str, int], tuple[int, Frames]] = {}  # each group's newest version
+        self._latest: dict[tuple[str, int], tuple[int, _Sealed]] = {}  # each group's newest version
         self._lock = threading.Lock()
-        self._writers = futures.ThreadPoolExecutor(STATE_WRITERS, thread_name_prefix="state-writer")
 
     def _program(self, program_json: str) -> tuple[ProgramSpec, KeyedProgram]:
         """Compiled once per operator: every group of every batch asks with the same JSON."""
@@ -114,7 +112,7 @@ class KeyedAgent:
         so groups sealed together decide what each would alone."""
         spec, program = self._program(program_json)
         op = spec.node_ids[0]
-        states = [self._state(op, gv.group, gv.version) for gv in groups if not gv.fresh]
+        states = self._states(op, program, [gv for gv in groups if not gv.fresh])
         if moved:
             arrived = unpack(decode(moved))[0]
             states.append(arrived)
@@ -136,14 +134,12 @@ class KeyedAgent:
             try:
                 outcome = f.result()
                 new_state, out, _ = read_answer(decode(outcome.payload))
-                cut = program.by_group(program.joined(new_state, rest), [gv.group for gv in groups])
-                # Each group's own file, written side by side: most of a write is the wait for the disk.
-                list(
-                    self._writers.map(
-                        lambda gv: self._put_state(op, gv.group, gv.version + 1, cut[gv.group]), groups
-                    )
-                )
-                dues = {gv.group: program.next_due_ms(cut[gv.group]) for gv in groups}
+                sealed = _Sealed(frozenset(gv.group for gv in groups), program.joined(new_state, rest))
+                versions = {gv.group: gv.version + 1 for gv in groups}
+                self.store.put_states(op, versions, pack(sealed.state, {}))
+                with self._lock:
+                    self._latest.update({(op, g): (v, sealed) for g, v in versions.items()})
+                dues = program.next_due_by_group(sealed.state, sealed.groups)
                 done.set_result((encode(groups_answer(out, dues), self.compression), outcome))
             except BaseException as e:
                 done.set_exception(e)
@@ -155,22 +151,41 @@ class KeyedAgent:
         """The group's state at `version`, packed (an empty state when none was ever stored)."""
         spec, program = self._program(program_json)
         op = spec.node_ids[0]
-        state = self._state(op, group, version)
+        state = self._state(op, program, group, version)
         payload = encode(pack(state, {}), self.compression)
         self.counters.add(stats.handoff_counter("keys_returned", op), program.key_count(state))
         self.counters.add(stats.handoff_counter("state_bytes_moved", op), len(payload))
         return payload
 
-    def _state(self, op: str, group: int, version: int) -> Frames:
+    def _states(self, op: str, program: KeyedProgram, groups: Sequence[GroupVersion]) -> list[Frames]:
+        """The stored state of `groups` at their versions: a seal's state whole when it asks again for
+        exactly the groups sealed together last time (the common case: one seal's groups stay together
+        from batch to batch), else each sealed state cut to the groups asked of it."""
+        wanted: dict[int, tuple[_Sealed, set[int]]] = {}
+        for gv in groups:
+            sealed = self._sealed(op, gv.group, gv.version)
+            wanted.setdefault(id(sealed), (sealed, set()))[1].add(gv.group)
+        return [
+            sealed.state if gs == sealed.groups else program.of_groups(sealed.state, gs)
+            for sealed, gs in wanted.values()
+        ]
+
+    def _state(self, op: str, program: KeyedProgram, group: int, version: int) -> Frames:
+        return self._states(op, program, [GroupVersion(group, version)])[0]
+
+    def _sealed(self, op: str, group: int, version: int) -> _Sealed:
         with self._lock:
             latest = self._latest.get((op, group))
         if latest is not None and latest[0] == version:
             return latest[1]
         stored = self.store.state(op, group, version)
-        return unpack(stored)[0] if stored is not None else {}
+        return _Sealed(frozenset({group}), {}) if stored is None else _Sealed(frozenset(), unpack(stored)[0])
 
-    def _put_state(self, op: str, group: int, version: int, state: Frames) -> None:
-        """Store a group's new version, and keep it at hand: the next batch of the group starts from it."""
-        self.store.put_state(op, group, version, pack(state, {}))
-        with self._lock:
-            self._latest[(op, group)] = (version, state)
+
+@dataclass(frozen=True)
+class _Sealed:
+    """The state a seal left for its groups, kept whole: the next seal of the same groups starts from
+    it as it is, with no cut and no join (an empty `groups`: read back from disk, cut it to use it)."""
+
+    groups: frozenset[int]
+    state: Frames

@@ -32,6 +32,7 @@ from core.wire.protocol import (
     token_matches,
 )
 from core.wire.run_pki import CA_KEY_FILE, CERT_FILE, KEY_FILE, issue_client
+from lambda_worker.program import preload
 from lambda_worker.transient import TransientProgram
 from router import stats
 from router.agent import result_check
@@ -139,6 +140,8 @@ class AgentServer:
         self.faults.start(self._fleet_invoker, self.dispatcher.workers)
         self._ticker = threading.Thread(target=self._tick_loop, name="agent-tick", daemon=True)
         self._ticker.start()
+        # The agent runs keyed programs' bookkeeping (and chunks locally): loaded before a burst needs it.
+        threading.Thread(target=preload, name="agent-preload", daemon=True).start()
         return self.port
 
     def _worker_certs(self, ca_pem: bytes, ca_key_pem: bytes) -> Callable[[str], tuple[str, str]]:

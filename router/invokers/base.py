@@ -122,4 +122,3 @@ class Invoker(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-

@@ -14,7 +14,7 @@ from core.expr import col
 from core.plan import WindowJoin
 from merge.join_step import LEFTS, RIGHTS, JoinStep
 from merge.keyed_groups import Frames
-from merge.keyed_step import SIDE, key_column, keys_of, select, take
+from merge.keyed_step import SIDE, key_column, keys_of, next_due, select, take
 
 STEP = JoinStep.of(WindowJoin(("p_id",), ("seller",), None), ("p_id", "name"), ("id", "seller"))
 K = key_column(0)
@@ -89,7 +89,7 @@ def test_take_moves_both_sides_of_a_key_and_nothing_falls_due() -> None:
     mine, rest = take(STEP, state, pl.DataFrame({K: [1]}))
     assert mine[LEFTS]["p_id"].to_list() == [1] and mine[RIGHTS]["seller"].to_list() == [1]  # type: ignore[index]
     assert rest[LEFTS]["p_id"].to_list() == [2] and rest[RIGHTS].height == 0  # type: ignore[index]
-    assert STEP.due_keys(state, 10**15) is None and STEP.next_due_ms(state) is None
+    assert STEP.due_keys(state, 10**15) is None and next_due(STEP, state) is None
     assert STEP.expire(state, 10**15).state == state
 
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from core.offload_plan import key_groups_of
 from merge.keyed_batch import RECEIPT_SIDE, Batch, Fetch, Part, run_batch
 from merge.keyed_groups import GROUP, RECEIPT, Frames
-from merge.keyed_step import keys_of, select
+from merge.keyed_step import keys_of, next_due, select
 from tests.merge.test_winner import END_MS, SPEC, _brute_force, _cut, _frame, _rows
 
 pytestmark = pytest.mark.timeout(180)
@@ -83,7 +83,7 @@ class Agent:
         for g, version, _ in groups:
             own = _of_group(whole, g)
             self.versions[(g, version + 1)] = own
-            dues[g] = SPEC.next_due_ms(own)
+            dues[g] = next_due(SPEC, own)
         if kill:
             raise Lost  # after: the replay finds them stored and recomputes the same
         return decided.out, dues

@@ -37,15 +37,29 @@ def test_a_chunk_without_groups_is_refused(tmp_path: Path) -> None:
         HandoffStore(tmp_path).stash(ChunkRef("bid", 0, 1, 0), pa.table({"id": [1]}))
 
 
-def test_state_versions_keep_the_last_two(tmp_path: Path) -> None:
+def test_state_versions_keep_the_last_two_of_each_group_also_when_sealed_together(tmp_path: Path) -> None:
     store = HandoffStore(tmp_path)
     assert store.state("w6", 4, 0) is None  # a group starts empty
-    for v in (1, 2, 3):
-        store.put_state("w6", 4, v, pa.table({"v": [v]}))
-    assert HandoffStore(tmp_path).state("w6", 4, 3)["v"].to_pylist() == [3]
-    assert store.state("w6", 4, 2)["v"].to_pylist() == [2]  # a replayed batch may still start from v2
+    store.put_states("w6", {4: 1, 5: 1}, pa.table({"v": [41, 51]}))  # one seal of two groups
+    for v in (2, 3):
+        store.put_states("w6", {4: v}, pa.table({"v": [40 + v]}))
+    again = HandoffStore(tmp_path)  # a new agent process over the same directory
+    for st in (store, again):
+        assert st.state("w6", 4, 3)["v"].to_pylist() == [43]
+        assert st.state("w6", 4, 2)["v"].to_pylist() == [42]  # a replayed batch may still start from v2
+        assert st.state("w6", 5, 1)["v"].to_pylist() == [41, 51]  # group 5's only version: kept
+    store.put_states("w6", {5: 2}, pa.table({"v": [52]}))
+    store.put_states("w6", {5: 3}, pa.table({"v": [53]}))  # now no group needs the first seal's file
+    assert len(list((tmp_path / "state" / "w6").glob("*.arrow"))) == 4  # 4@2, 4@3, 5@2, 5@3
     with pytest.raises(KeyError, match="v1"):
-        store.state("w6", 4, 1)
+        HandoffStore(tmp_path).state("w6", 5, 1)
+
+
+def test_a_repeated_seal_writes_the_same_file(tmp_path: Path) -> None:
+    store = HandoffStore(tmp_path)
+    store.put_states("w6", {4: 1, 5: 1}, pa.table({"v": [1]}))
+    store.put_states("w6", {5: 1, 4: 1}, pa.table({"v": [1]}))  # a retried task asks the same seal
+    assert len(list((tmp_path / "state" / "w6").glob("*.arrow"))) == 1
 
 
 def test_a_missing_chunk_is_named(tmp_path: Path) -> None:
