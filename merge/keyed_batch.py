@@ -30,7 +30,7 @@ from merge.keyed_groups import GROUP, RECEIPT, Frames, GroupState, Where, after,
 from merge.keyed_step import SIDE, KeyedStep, keys_of, stacked, take
 
 RECEIPT_SIDE = 2  # a receipt row's sponge_side: records of its group are stashed at the agent
-SEALS_AT_ONCE = 4  # a batch's seals from one task, each of a run of its groups, all in flight at once
+SEALS_AT_ONCE = 1  # a batch's seals from one task, each of a run of its groups, all in flight at once
 
 Part = tuple[str, int, int, int]  # a stashed chunk: (entity, start, end, seq)
 
@@ -98,7 +98,7 @@ def run_batch(
         local, vm = _groups_elsewhere(
             spec, service, fetch, local, receipts, vm, groups, watermark_ms, outs, owned
         )
-    if local is not None:
+    if local is not None and local.height:
         decided = spec.step(vm, local.select(spec.columns), watermark_ms)
     else:
         decided = spec.expire(vm, watermark_ms)

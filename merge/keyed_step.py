@@ -122,8 +122,13 @@ def take(step: KeyedStep, state: Frames, keys: pl.DataFrame | None) -> tuple[Fra
             taken[name] = kept[name] = None
             continue
         wanted = keys.select([pl.col(k).cast(frame.schema[k]) for k in step.keys]).unique()
-        taken[name] = frame.join(wanted, on=step.keys, how="semi")
-        kept[name] = frame.join(wanted, on=step.keys, how="anti")
+        if len(step.keys) == 1:  # one key column: a membership mask, one pass for both halves
+            key = step.keys[0]
+            mask = frame[key].is_in(wanted[key].implode())
+            taken[name], kept[name] = frame.filter(mask), frame.filter(~mask)
+        else:
+            taken[name] = frame.join(wanted, on=step.keys, how="semi")
+            kept[name] = frame.join(wanted, on=step.keys, how="anti")
     return taken, kept
 
 

@@ -92,7 +92,7 @@ class WinnerSpec(TwoSided):
 
     def due_at(self) -> dict[str, pl.Expr]:
         """An entity's close; the instant after the last pending row, when the pending rows can go."""
-        return {OPEN: _closes_ms(self).min(), PENDING: pl.col(self.at).dt.epoch("us").max() // US_PER_MS + 1}
+        return {OPEN: _first_close_ms(self), PENDING: pl.col(self.at).dt.epoch("us").max() // US_PER_MS + 1}
 
     def offer(self, open_: pl.DataFrame, candidates: pl.DataFrame) -> pl.DataFrame:
         """Each open entity's best right row after seeing `candidates` (right rows of its keys)."""
@@ -178,7 +178,8 @@ def expire(spec: WinnerSpec, state: WinnerState, watermark_ms: int) -> Decided:
     due_at = _closes_ms(s)
     won, decided = None, 0
     open_, pending = state.open, state.pending
-    if open_ is not None:
+    first_close = open_.select(_first_close_ms(s)).item() if open_ is not None and open_.height else None
+    if open_ is not None and first_close is not None and first_close <= watermark_ms:  # else none closes
         winners = open_.filter((due_at <= watermark_ms) & pl.col(HAS_BEST)).select(*s.left, *s.right)
         won, decided = emitted(s, winners), winners.height
         open_ = open_.filter(due_at > watermark_ms)
@@ -199,6 +200,11 @@ def emitted(spec: WinnerSpec, won: pl.DataFrame) -> pl.DataFrame:
 def _closes_ms(spec: WinnerSpec) -> pl.Expr:
     """The watermark (ms) at which an open entity closes."""
     return ceil_ms(pl.col(spec.closes).dt.epoch("us"))
+
+
+def _first_close_ms(spec: WinnerSpec) -> pl.Expr:
+    """The first of the entities' closes (ms): the earliest close taken once, not each entity's."""
+    return ceil_ms(pl.col(spec.closes).min().dt.epoch("us"))
 
 
 def joined(*states: WinnerState) -> WinnerState:

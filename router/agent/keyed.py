@@ -64,6 +64,7 @@ class KeyedAgent:
         self._programs: dict[str, tuple[ProgramSpec, KeyedProgram]] = {}
         self._latest: dict[tuple[str, int], tuple[int, _Sealed]] = {}  # each group's newest version
         self._lock = threading.Lock()
+        self._writer = futures.ThreadPoolExecutor(4, thread_name_prefix="state-writer")
 
     def _program(self, program_json: str) -> tuple[ProgramSpec, KeyedProgram]:
         """Compiled once per operator: every group of every batch asks with the same JSON."""
@@ -136,10 +137,12 @@ class KeyedAgent:
                 new_state, out, _ = read_answer(decode(outcome.payload))
                 sealed = _Sealed(frozenset(gv.group for gv in groups), program.joined(new_state, rest))
                 versions = {gv.group: gv.version + 1 for gv in groups}
-                self.store.put_states(op, versions, pack(sealed.state, {}))
+                # The write waits mostly on Arrow's encoder and the disk, the dues on polars: side by side.
+                written = self._writer.submit(self.store.put_states, op, versions, pack(sealed.state, {}))
+                dues = program.next_due_by_group(sealed.state, sealed.groups)
+                written.result()
                 with self._lock:
                     self._latest.update({(op, g): (v, sealed) for g, v in versions.items()})
-                dues = program.next_due_by_group(sealed.state, sealed.groups)
                 done.set_result((encode(groups_answer(out, dues), self.compression), outcome))
             except BaseException as e:
                 done.set_exception(e)
