@@ -116,7 +116,7 @@ def handoff(
     spec = ProgramSpec(QUERY, (NODE,))
     program = spec.compile()
     assert isinstance(program, KeyedProgram)
-    service = AgentSealService(address, str(secret_file), spec.dumps(), fetch)
+    service = AgentSealService(address, str(secret_file), spec.dumps(), fetch, subscales=args.subscales)
     client = shared_client(address, str(secret_file), 600.0)
     empty = pl.DataFrame(schema={c: program.types[c] for c in program.spec.columns})
     layout = pl.concat(
@@ -205,6 +205,7 @@ def measure(args: argparse.Namespace, say: Callable[[str], None] = _say) -> dict
         "rate": args.rate,
         "seconds": args.seconds,
         "workers": args.workers,
+        "subscales": args.subscales,
         "seed": args.seed,
         "runs": runs,
         "p99_ratio_lazy_vs_all_at_once": round(ratio, 4),
@@ -240,11 +241,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--rate", type=float, default=20_000.0, help="records per second after the switch")
     ap.add_argument("--seconds", type=float, default=5.0, help="how long records arrive (default 5)")
     ap.add_argument("--workers", type=int, default=2, help="Lambda workers (default 2)")
+    ap.add_argument(
+        "--subscales", type=int, default=1, help="seals a batch runs at once (sponge run --subscales)"
+    )
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", action="store_true", help="end stdout with the figures as one JSON line")
     args = ap.parse_args(argv)
-    if args.keys < 1 or args.workers < 1 or not args.rate > 0 or not args.seconds > 0:
-        ap.error("--keys and --workers must be at least 1, --rate and --seconds positive")
+    if min(args.keys, args.workers, args.subscales) < 1 or not args.rate > 0 or not args.seconds > 0:
+        ap.error("--keys, --workers and --subscales must be at least 1, --rate and --seconds positive")
     return args
 
 

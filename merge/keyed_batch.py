@@ -30,7 +30,6 @@ from merge.keyed_groups import GROUP, RECEIPT, Frames, GroupState, Where, after,
 from merge.keyed_step import SIDE, KeyedStep, keys_of, stacked, take
 
 RECEIPT_SIDE = 2  # a receipt row's sponge_side: records of its group are stashed at the agent
-SEALS_AT_ONCE = 1  # a batch's seals from one task, each of a run of its groups, all in flight at once
 
 Part = tuple[str, int, int, int]  # a stashed chunk: (entity, start, end, seq)
 
@@ -44,6 +43,7 @@ class SealService(Protocol):
     """The agent, as the VM's operator sees it (router/seal_service.py): picklable, no router import."""
 
     fetch: Fetch  # how this operator hands its state over
+    subscales: int  # the seals a task's batch runs at once, each a run of its groups (DRRS's subscales)
 
     def touched(self, groups: list[int], parts: list[Part]) -> pl.DataFrame: ...
 
@@ -145,7 +145,7 @@ def _groups_elsewhere(
             held[g] = after(st, d, None)
     if not sealing:
         return local, vm
-    n = min(len(sealing), SEALS_AT_ONCE)
+    n = min(len(sealing), service.subscales)
     lanes = [sealing[i * len(sealing) // n : (i + 1) * len(sealing) // n] for i in range(n)]
     parts = [sorted({p for g, *_ in lane for p in refs.get(g, [])}) for lane in lanes]
     rows = [stacked([fw for *_, fw in lane]) for lane in lanes]

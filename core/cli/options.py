@@ -70,6 +70,16 @@ HandoffOpt = Annotated[
         "group's whole state moves with its first batch). bench.handoff measures both.",
     ),
 ]
+SubscalesOpt = Annotated[
+    int,
+    typer.Option(
+        "--subscales",
+        min=1,
+        help="How many seals a keyed operator's task runs at once in a batch, each a run of its key "
+        "groups (default 1: on a VM of few cores one seal costs least; more let many workers step "
+        "one task's groups side by side). bench.handoff --subscales measures it.",
+    ),
+]
 WorkerNetnsOpt = Annotated[
     str | None,
     typer.Option(
@@ -263,6 +273,7 @@ def offload_config(
     invocation_type: str = "Event",
     default_workers: int = 2,
     handoff: str = "lazy",
+    subscales: int = 1,
     transport: str | None = None,
     bind: str | None = None,
     advertise: str | None = None,
@@ -285,6 +296,7 @@ def offload_config(
                 ("--inject", bool(faults)),
                 ("--invocation-type", invocation_type != "Event"),
                 ("--handoff", handoff != "lazy"),
+                ("--subscales", subscales != 1),
                 ("--transport", transport is not None),
                 ("--bind", bind is not None),
                 ("--advertise", advertise is not None),
@@ -306,6 +318,7 @@ def offload_config(
         faults=faults,
         invocation_type=invocation_type,
         fetch=handoff,
+        subscales=subscales,
         worker_netns=worker_netns,
         **({} if chunk_timeout_s is None else {"chunk_timeout_s": chunk_timeout_s}),
         **data_plane(settings, bind, advertise, transport).options(),

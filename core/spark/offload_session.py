@@ -70,6 +70,7 @@ class OffloadConfig:
     # "RequestResponse" (held for the session; a reached concurrency limit is an immediate 429).
     invocation_type: str = "Event"
     fetch: Fetch | str = Fetch.LAZY  # how a keyed stage's state goes to the workers (ADR 0025)
+    subscales: int = 1  # seals a keyed stage's task runs at once in a batch (ADR 0033)
     # Where the agent listens, and the host its callers and workers dial. None: the embedded target
     # listens on and advertises loopback; a deployed one listens everywhere and advertises this
     # machine's routable address, which a worker in the Lambda's network can reach.
@@ -113,6 +114,8 @@ class OffloadConfig:
             self.own_tls()  # checked at once: a bad certificate stops the run before Spark starts
         if isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 1:
             raise ConfigError(f"--workers must be at least 1, got {self.workers!r}")
+        if isinstance(self.subscales, bool) or not isinstance(self.subscales, int) or self.subscales < 1:
+            raise ConfigError(f"--subscales must be at least 1, got {self.subscales!r}")
         if self.target not in TARGETS:
             raise ConfigError(f"unknown target {self.target!r}", hint=f"use --target {' or '.join(TARGETS)}")
         if self.target != "embedded" and self.deployment is None:
@@ -322,6 +325,7 @@ class OffloadSession:
             "operators_offloaded": operators_offloaded(totals),
             "handoffs": handoffs(totals),
             "handoff": str(self.config.fetch),
+            "subscales": self.config.subscales,
             "worker_cpu_s": round(totals.get("worker_cpu_us", 0) / 1e6, 6),
             "records_run_locally_by_agent": totals.get("records_run_locally", 0),
             "workers_started": totals.get("workers_started", 0),
@@ -362,7 +366,12 @@ class OffloadSession:
 
         spec = ProgramSpec(self.query, (op_id,), self.params.window_size_s, self.params.window_slide_s)
         return AgentSealService(
-            self.agent.address, str(self.secret_file), spec.dumps(), Fetch(self.config.fetch), str(self.dir)
+            self.agent.address,
+            str(self.secret_file),
+            spec.dumps(),
+            Fetch(self.config.fetch),
+            str(self.dir),
+            subscales=self.config.subscales,
         )
 
     def rank_service(self, op_id: str) -> Any:

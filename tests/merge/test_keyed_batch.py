@@ -39,6 +39,7 @@ class Agent:
     what moved. A seal's first try is lost (after or before its version is stored) when `kills` says so."""
 
     kills: list[bool]
+    subscales: int = 1
     stashed: dict[Part, pl.DataFrame] = field(default_factory=dict)
     versions: dict[tuple[int, int], Frames] = field(default_factory=dict)
     fetched: int = 0
@@ -138,10 +139,12 @@ def _run(
     owners: list[list[tuple[bool, bool]]],
     kills: list[bool],
     fetch: Fetch,
+    subscales: int = 1,
 ) -> tuple[set[tuple], Agent]:
     """`owners[b][g]`: whether workers own group g at batch b's start, and whether it switches
-    mid-batch (its earlier rows then reach the VM, its later ones the workers)."""
-    agent = Agent(kills)
+    mid-batch (its earlier rows then reach the VM, its later ones the workers); a batch's groups go in
+    `subscales` seals."""
+    agent = Agent(kills, subscales)
     vm: Frames = {}
     held, won, watermark = {}, set(), 0
     for b, batch in enumerate(batches):
@@ -197,6 +200,7 @@ owners = st.lists(
     owners=owners,
     kills=st.lists(st.booleans(), min_size=1, max_size=5),
     fetch=st.sampled_from(list(Fetch)),
+    subscales=st.integers(1, 4),
 )
 def test_any_schedule_of_switches_and_lost_seals_decides_the_brute_force_winners(
     auctions: list[tuple[int, int, int, int]],
@@ -205,8 +209,9 @@ def test_any_schedule_of_switches_and_lost_seals_decides_the_brute_force_winners
     owners: list[list[tuple[bool, bool]]],
     kills: list[bool],
     fetch: Fetch,
+    subscales: int,
 ) -> None:
-    won, _ = _run(_cut(_rows(auctions, bids), cuts), owners, kills, fetch)
+    won, _ = _run(_cut(_rows(auctions, bids), cuts), owners, kills, fetch, subscales)
     assert won == _brute_force(auctions, bids)
 
 

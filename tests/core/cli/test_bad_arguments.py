@@ -142,6 +142,8 @@ CASES: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
     (("run", "q1", "-o", "{tmp}/in", "--input", "{tmp}/in"), ("contains the input",)),
     (("run", "q1", "-o", "{tmp}/out", "--workers", "3"), ("--workers needs --offload-share",)),
     (("run", "q4", "-o", "{tmp}/out", "--handoff", "all-at-once"), ("--handoff needs --offload-share",)),
+    (("run", "q4", "-o", "{tmp}/out", "--subscales", "2"), ("--subscales needs --offload-share",)),
+    (("run", "q4", "-o", "{tmp}/out", "--offload-share", "0.5", "--subscales", "0"), ("--subscales",)),
     (
         ("run", "q4", "-o", "{tmp}/out", "--offload-share", "0.5", "--handoff", "eager"),
         ("unknown --handoff 'eager'", "lazy or all-at-once"),

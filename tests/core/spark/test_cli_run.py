@@ -38,7 +38,8 @@ def test_an_offloaded_run_killed_mid_handoff_resumes_from_its_checkpoint_through
     tmp_path: Path,
 ) -> None:
     common = ["--events", "16000", "--seed", "4"]
-    run = [*common, "--batch-events", "4000", "--offload-share", "0.5", "--workers", "2"]
+    # Two seals at once per task and batch (the default is one): the resumed run must equal the reference too.
+    run = [*common, "--batch-events", "4000", "--offload-share", "0.5", "--workers", "2", "--subscales", "2"]
     out = tmp_path / "run"
     # The driver dies outright once epoch 1 has committed, while workers hold Q4's key groups.
     killed = subprocess.run(
