@@ -28,9 +28,9 @@ class AgentSealService:
     secret_file: str
     program: str  # the keyed operator's ProgramSpec JSON
     fetch: Fetch = Fetch.LAZY
-    subscales: int = 1
     plans: str = ""  # the run's offload directory, whose current plan names the workers' key groups
     timeout_s: float = 600.0
+    subscales: int = 1  # seals a batch of one task runs at once (merge/keyed_batch.py)
 
     @cached_property
     def _spec(self) -> ProgramSpec:

@@ -370,7 +370,7 @@ class OffloadSession:
             str(self.secret_file),
             spec.dumps(),
             Fetch(self.config.fetch),
-            str(self.dir),
+            plans=str(self.dir),
             subscales=self.config.subscales,
         )
 
