@@ -12,10 +12,12 @@ its batch less its arrival. Both strategies see the same records, keys and state
 other in one run (this machine is shared: only the ratio is compared):
 
 - all-at-once: a group's whole state moves with its first seal (ADR 0024);
-- lazy: a seal takes only the keys its records are of (ADR 0025).
+- lazy: a seal takes only the keys its records are of (ADR 0025);
+- progressive: as lazy, and each batch moves `--round-keys` more keys still on the VM (ADR 0034).
 
 Printed per strategy: p50/p99/max latency, batches, keys fetched and state bytes moved (the agent's
-counters); the JSON line carries `p99_ratio_lazy_vs_all_at_once` (lazy p99 / all-at-once p99).
+counters), and the keys still on the VM at the end (none once a migration completed); the JSON line
+carries `p99_ratio_lazy_vs_all_at_once` (lazy p99 / all-at-once p99).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from core.nexmark.schema import AUCTION_SCHEMA, BID_SCHEMA
 from core.offload_plan import key_groups_of
 from lambda_worker.keyed import KeyedProgram
 from lambda_worker.program import ProgramSpec
-from merge.keyed_batch import RECEIPT_SIDE, Fetch, run_batch
+from merge.keyed_batch import RECEIPT_SIDE, ROUND_KEYS, Fetch, run_batch
 from merge.keyed_groups import GROUP, RECEIPT, Frames
 from merge.keyed_step import SIDE
 
@@ -116,7 +118,9 @@ def handoff(
     spec = ProgramSpec(QUERY, (NODE,))
     program = spec.compile()
     assert isinstance(program, KeyedProgram)
-    service = AgentSealService(address, str(secret_file), spec.dumps(), fetch, subscales=args.subscales)
+    service = AgentSealService(
+        address, str(secret_file), spec.dumps(), fetch, subscales=args.subscales, round_keys=args.round_keys
+    )
     client = shared_client(address, str(secret_file), 600.0)
     empty = pl.DataFrame(schema={c: program.types[c] for c in program.spec.columns})
     layout = pl.concat(
@@ -160,6 +164,7 @@ def handoff(
         "p50_s": round(float(np.percentile(latencies, 50)), 4),
         "p99_s": round(float(np.percentile(latencies, 99)), 4),
         "max_s": round(float(latencies.max()), 4),
+        "keys_left_on_vm": program.key_count(vm),
     }
 
 
@@ -175,7 +180,7 @@ def measure(args: argparse.Namespace, say: Callable[[str], None] = _say) -> dict
     records = bids(int(args.rate * args.seconds), args.keys, args.rate, args.seed)
     runs = []
     with tempfile.TemporaryDirectory(prefix="sponge-bench-handoff-") as tmp:
-        for fetch in (Fetch.ALL_AT_ONCE, Fetch.LAZY):
+        for fetch in (Fetch.ALL_AT_ONCE, Fetch.LAZY, Fetch.PROGRESSIVE):
             work = Path(tmp) / fetch.value
             work.mkdir()
             agent = AgentProcess(
@@ -206,6 +211,7 @@ def measure(args: argparse.Namespace, say: Callable[[str], None] = _say) -> dict
         "seconds": args.seconds,
         "workers": args.workers,
         "subscales": args.subscales,
+        "round_keys": args.round_keys,
         "seed": args.seed,
         "runs": runs,
         "p99_ratio_lazy_vs_all_at_once": round(ratio, 4),
@@ -217,8 +223,10 @@ def render(report: dict[str, Any]) -> Any:
     from rich.table import Table
 
     table = Table(title=f"handoff of {report['keys']:,} keys, {report['rate']:,.0f} records/s")
-    for col in ("fetch", "batches", "p50 s", "p99 s", "max s", "keys fetched", "state bytes moved"):
-        table.add_column(col, justify="left" if col == "fetch" else "right")
+    figures = ("batches", "p50 s", "p99 s", "max s", "keys fetched", "state bytes moved", "left on VM")
+    table.add_column("fetch")
+    for col in figures:
+        table.add_column(col, justify="right")
     for r in report["runs"]:
         table.add_row(
             r["fetch"],
@@ -228,6 +236,7 @@ def render(report: dict[str, Any]) -> Any:
             f"{r['max_s']:.3f}",
             f"{r.get('keys_fetched', 0):,}",
             f"{r.get('state_bytes_moved', 0):,}",
+            f"{r['keys_left_on_vm']:,}",
         )
     table.caption = f"p99 lazy / all-at-once = {report['p99_ratio_lazy_vs_all_at_once']:.4f}"
     return table
@@ -244,11 +253,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--subscales", type=int, default=1, help="seals a batch runs at once (sponge run --subscales)"
     )
+    ap.add_argument(
+        "--round-keys",
+        type=int,
+        default=ROUND_KEYS,
+        help=f"progressive: keys a batch moves beyond those it reads (default {ROUND_KEYS:,})",
+    )
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", action="store_true", help="end stdout with the figures as one JSON line")
     args = ap.parse_args(argv)
-    if min(args.keys, args.workers, args.subscales) < 1 or not args.rate > 0 or not args.seconds > 0:
-        ap.error("--keys, --workers and --subscales must be at least 1, --rate and --seconds positive")
+    if min(args.keys, args.workers, args.subscales, args.round_keys) < 1:
+        ap.error("--keys, --workers, --subscales and --round-keys must be at least 1")
+    if not args.rate > 0 or not args.seconds > 0:
+        ap.error("--rate and --seconds must be positive")
     return args
 
 

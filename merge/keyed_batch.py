@@ -10,6 +10,8 @@ the workers is the `Fetch` option (ADR 0025):
 - `LAZY` (the default): a seal takes from the VM's state only the keys its batch's records are of
   (the agent names them, `SealService.touched`); every other key stays and is stepped on the VM
   until a record of it goes to a worker (the lazy-fetch thesis, ch. 4);
+- `PROGRESSIVE`: as `LAZY`, and each batch also moves a round of the group's other keys still on the
+  VM (`SealService.round_keys`), until none is left there (Spacker's progressiveness, ADR 0034);
 - `ALL_AT_ONCE`: the group's whole state goes with its first seal (ADR 0024).
 
 Either way the workers' side holds the keys it took until a batch brings the group's records back
@@ -36,7 +38,12 @@ Part = tuple[str, int, int, int]  # a stashed chunk: (entity, start, end, seq)
 
 class Fetch(StrEnum):
     LAZY = "lazy"
+    PROGRESSIVE = "progressive"
     ALL_AT_ONCE = "all-at-once"
+
+
+ROUND_KEYS = 10_000  # a progressive round's default size (ADR 0034)
+ROUND_SCAN = 64  # a progressive round looks at most this many times its size of the VM's rows
 
 
 class SealService(Protocol):
@@ -44,6 +51,7 @@ class SealService(Protocol):
 
     fetch: Fetch  # how this operator hands its state over
     subscales: int  # the seals a task's batch runs at once, each a run of its groups (DRRS's subscales)
+    round_keys: int  # with PROGRESSIVE, the keys a batch moves beyond those its records name (Spacker)
 
     def touched(self, groups: list[int], parts: list[Part]) -> pl.DataFrame: ...
 
@@ -150,11 +158,14 @@ def _groups_elsewhere(
     parts = [sorted({p for g, *_ in lane for p in refs.get(g, [])}) for lane in lanes]
     rows = [stacked([fw for *_, fw in lane]) for lane in lanes]
     with ThreadPoolExecutor(n, thread_name_prefix="seal") as pool:
-        if fetch is Fetch.LAZY:
+        if fetch is Fetch.ALL_AT_ONCE:
+            keys = [_group_keys(vm, [g for g, _, d, _ in lane if d.move_in], spec) for lane in lanes]
+        else:
             wanted = [([g for g, *_ in lane], p, r) for lane, p, r in zip(lanes, parts, rows, strict=True)]
             keys = list(pool.map(lambda a: _keys(service, spec, *a), wanted))
-        else:
-            keys = [_group_keys(vm, [g for g, _, d, _ in lane if d.move_in], spec) for lane in lanes]
+            if fetch is Fetch.PROGRESSIVE:
+                groups = [[g for g, *_ in lane] for lane in lanes]
+                keys = _with_round(spec, vm, groups, keys, service.round_keys)
         # One pass over the VM's state for the whole batch, then each lane's share of the (few) rows.
         every = [k for k in keys if k is not None]
         leaving, vm = take(spec, vm, pl.concat(every, how="vertical_relaxed") if every else None)
@@ -185,6 +196,43 @@ def _keys(
     if forwarded is not None and forwarded.height:
         frames.append(forwarded.select(spec.keys))
     return pl.concat(frames, how="vertical_relaxed") if frames else None
+
+
+def _with_round(
+    spec: KeyedStep, vm: Frames, lanes: list[list[int]], keys: list[pl.DataFrame | None], size: int
+) -> list[pl.DataFrame | None]:
+    """Each lane's keys with its share of a progressive round (Spacker, §III-B): the keys the records
+    name move first (Meces's order: a key is needed as its record arrives), then up to `size` more
+    keys of the sealed groups still on the VM, in the state's own order, so a replayed batch moves the
+    same. Looking for them reads at most ROUND_SCAN times `size` of the VM's rows: a batch's cost stays
+    bounded however many keys the VM keeps for itself."""
+    lane_of = {g: i for i, groups in enumerate(lanes) for g in groups}
+    named = [k for k in keys if k is not None and k.height]
+    taken = pl.concat(named, how="vertical_relaxed").unique() if named else None
+    found: list[pl.DataFrame] = []
+    budget, scan = size, size * ROUND_SCAN
+    for frame in vm.values():
+        if frame is None or budget <= 0 or scan <= 0:
+            continue
+        block = frame.head(scan).select(spec.keys).unique(maintain_order=True)
+        scan -= min(frame.height, scan)
+        for seen in [taken, *found]:
+            if seen is not None:
+                like = seen.select([pl.col(k).cast(block.schema[k]) for k in spec.keys])
+                block = block.join(like, on=spec.keys, how="anti")
+        block = block.with_columns(groups_of(block, spec.keys).alias(GROUP))
+        block = block.filter(pl.col(GROUP).is_in(list(lane_of))).head(budget)
+        found.append(block)
+        budget -= block.height
+    if not found:
+        return keys
+    extra = pl.concat(found, how="vertical_relaxed")
+    lane = extra[GROUP].replace_strict(lane_of, return_dtype=pl.Int64)
+    out: list[pl.DataFrame | None] = []
+    for i, k in enumerate(keys):
+        mine = extra.filter(lane == i).select(spec.keys)
+        out.append(pl.concat([k, mine], how="vertical_relaxed") if k is not None and k.height else mine)
+    return out
 
 
 def _group_keys(vm: Frames, groups: list[int], spec: KeyedStep) -> pl.DataFrame | None:

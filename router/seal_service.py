@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from lambda_worker.program import ProgramSpec
 from merge.frames import pack, unpack
-from merge.keyed_batch import Fetch, Part
+from merge.keyed_batch import ROUND_KEYS, Fetch, Part
 from merge.keyed_groups import Frames, read_groups_answer
 from router.client import AgentClient, shared_client
 from router.routing_log import read_current_plan
@@ -31,6 +31,7 @@ class AgentSealService:
     plans: str = ""  # the run's offload directory, whose current plan names the workers' key groups
     timeout_s: float = 600.0
     subscales: int = 1  # seals a batch of one task runs at once (merge/keyed_batch.py)
+    round_keys: int = ROUND_KEYS  # keys a progressive round moves besides those records name
 
     @cached_property
     def _spec(self) -> ProgramSpec:

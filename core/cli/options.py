@@ -65,9 +65,11 @@ HandoffOpt = Annotated[
     str,
     typer.Option(
         "--handoff",
-        help="How a keyed operator's state (Q4's and Q6's winners) goes to the workers: lazy (a key's "
-        "state moves with its first record there; the rest stays on the VM) or all-at-once (a key "
-        "group's whole state moves with its first batch). bench.handoff measures both.",
+        help="How a keyed operator's state (Q3's join, Q4's and Q6's winners) goes to the workers: lazy "
+        "(a key's state moves with its first record there; the rest stays on the VM), progressive (as "
+        "lazy, and each batch also moves --round-keys more of the group's keys until none is left on "
+        "the VM) or all-at-once (a key group's whole state moves with its first batch). bench.handoff "
+        "measures all three.",
     ),
 ]
 SubscalesOpt = Annotated[
@@ -78,6 +80,15 @@ SubscalesOpt = Annotated[
         help="How many seals a keyed operator's task runs at once in a batch, each a run of its key "
         "groups (default 1: on a VM of few cores one seal costs least; more let many workers step "
         "one task's groups side by side). bench.handoff --subscales measures it.",
+    ),
+]
+RoundKeysOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--round-keys",
+        min=1,
+        help="With --handoff progressive: the keys a batch moves to the workers besides those its "
+        "records name (default 10,000).",
     ),
 ]
 WorkerNetnsOpt = Annotated[
@@ -274,6 +285,7 @@ def offload_config(
     default_workers: int = 2,
     handoff: str = "lazy",
     subscales: int = 1,
+    round_keys: int | None = None,
     transport: str | None = None,
     bind: str | None = None,
     advertise: str | None = None,
@@ -297,6 +309,7 @@ def offload_config(
                 ("--invocation-type", invocation_type != "Event"),
                 ("--handoff", handoff != "lazy"),
                 ("--subscales", subscales != 1),
+                ("--round-keys", round_keys is not None),
                 ("--transport", transport is not None),
                 ("--bind", bind is not None),
                 ("--advertise", advertise is not None),
@@ -319,6 +332,7 @@ def offload_config(
         invocation_type=invocation_type,
         fetch=handoff,
         subscales=subscales,
+        **({} if round_keys is None else {"round_keys": round_keys}),
         worker_netns=worker_netns,
         **({} if chunk_timeout_s is None else {"chunk_timeout_s": chunk_timeout_s}),
         **data_plane(settings, bind, advertise, transport).options(),

@@ -37,7 +37,7 @@ from core.net import is_loopback, routable_address
 from core.nexmark.params import QueryParams
 from core.offload_chains import KEYED, PARTIAL, OffloadChain
 from core.offload_plan import DEFAULT_OFFLOAD_COST, OffloadPlan
-from merge.keyed_batch import Fetch
+from merge.keyed_batch import ROUND_KEYS, Fetch
 
 TARGETS = ("embedded", "localstack", "aws")  # localstack and aws: a stack deployed by `sponge deploy`
 TLS, MTLS = "tls", "mtls"
@@ -71,6 +71,7 @@ class OffloadConfig:
     invocation_type: str = "Event"
     fetch: Fetch | str = Fetch.LAZY  # how a keyed stage's state goes to the workers (ADR 0025)
     subscales: int = 1  # seals a keyed stage's task runs at once in a batch (ADR 0033)
+    round_keys: int = ROUND_KEYS  # with --handoff progressive, keys a batch moves beyond those it reads
     # Where the agent listens, and the host its callers and workers dial. None: the embedded target
     # listens on and advertises loopback; a deployed one listens everywhere and advertises this
     # machine's routable address, which a worker in the Lambda's network can reach.
@@ -114,8 +115,9 @@ class OffloadConfig:
             self.own_tls()  # checked at once: a bad certificate stops the run before Spark starts
         if isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 1:
             raise ConfigError(f"--workers must be at least 1, got {self.workers!r}")
-        if isinstance(self.subscales, bool) or not isinstance(self.subscales, int) or self.subscales < 1:
-            raise ConfigError(f"--subscales must be at least 1, got {self.subscales!r}")
+        for flag, value in (("--subscales", self.subscales), ("--round-keys", self.round_keys)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{flag} must be at least 1, got {value!r}")
         if self.target not in TARGETS:
             raise ConfigError(f"unknown target {self.target!r}", hint=f"use --target {' or '.join(TARGETS)}")
         if self.target != "embedded" and self.deployment is None:
@@ -326,6 +328,7 @@ class OffloadSession:
             "handoffs": handoffs(totals),
             "handoff": str(self.config.fetch),
             "subscales": self.config.subscales,
+            "round_keys": self.config.round_keys,
             "worker_cpu_s": round(totals.get("worker_cpu_us", 0) / 1e6, 6),
             "records_run_locally_by_agent": totals.get("records_run_locally", 0),
             "workers_started": totals.get("workers_started", 0),
@@ -372,6 +375,7 @@ class OffloadSession:
             Fetch(self.config.fetch),
             plans=str(self.dir),
             subscales=self.config.subscales,
+            round_keys=self.config.round_keys,
         )
 
     def rank_service(self, op_id: str) -> Any:

@@ -40,6 +40,7 @@ class Agent:
 
     kills: list[bool]
     subscales: int = 1
+    round_keys: int = 2  # small: a round moves some of a group's keys and leaves others
     stashed: dict[Part, pl.DataFrame] = field(default_factory=dict)
     versions: dict[tuple[int, int], Frames] = field(default_factory=dict)
     fetched: int = 0
@@ -140,11 +141,12 @@ def _run(
     kills: list[bool],
     fetch: Fetch,
     subscales: int = 1,
+    round_keys: int = 2,
 ) -> tuple[set[tuple], Agent]:
     """`owners[b][g]`: whether workers own group g at batch b's start, and whether it switches
     mid-batch (its earlier rows then reach the VM, its later ones the workers); a batch's groups go in
     `subscales` seals."""
-    agent = Agent(kills, subscales)
+    agent = Agent(kills, subscales, round_keys)
     vm: Frames = {}
     held, won, watermark = {}, set(), 0
     for b, batch in enumerate(batches):
@@ -232,6 +234,22 @@ def test_lazy_fetch_moves_only_the_keys_records_name_and_a_key_can_move_twice() 
     assert agent.fetched == 4  # two keys, twice: never the eight the records do not name
     won, whole = _run(batches, schedule, [False], Fetch.ALL_AT_ONCE)
     assert won == _brute_force(opened, bids_) and whole.fetched == 20
+
+
+def test_progressive_rounds_move_every_key_of_a_group_once_those_records_name_first() -> None:
+    """The same ten auctions, the workers holding the group from the second batch on: lazy moves the
+    three keys the bids name; rounds of four move all ten in three batches, each key once."""
+    same = [k for k in range(10_000) if _key_group(k) == _key_group(0)][:10]
+    opened = [(k, 0, 30, 0) for k in same]
+    a, b, c = same[:3]
+    bids_ = [(a, 2, 5), (b, 3, 6), (c, 5, 1), (a, 10, 7)]
+    rows = _rows(opened, bids_)
+    batches = [[r for r in rows if lo <= r[0] < hi] for lo, hi in ((0, 1), (1, 4), (4, 6), (6, 11))]
+    schedule = [[(False, False)], [(True, False)], [(True, False)], [(True, False)]]
+    won, lazy = _run(batches, schedule, [False], Fetch.LAZY)
+    assert won == _brute_force(opened, bids_) and lazy.fetched == 3
+    won, rounds = _run(batches, schedule, [False], Fetch.PROGRESSIVE, round_keys=4)
+    assert won == _brute_force(opened, bids_) and rounds.fetched == 10
 
 
 def test_an_empty_group_on_workers_seals_nothing_and_moves_nothing() -> None:

@@ -146,7 +146,7 @@ CASES: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
     (("run", "q4", "-o", "{tmp}/out", "--offload-share", "0.5", "--subscales", "0"), ("--subscales",)),
     (
         ("run", "q4", "-o", "{tmp}/out", "--offload-share", "0.5", "--handoff", "eager"),
-        ("unknown --handoff 'eager'", "lazy or all-at-once"),
+        ("unknown --handoff 'eager'", "lazy or progressive or all-at-once"),
     ),
     (("run", "q1", "-o", "{tmp}/out", "--target", "aws"), ("--target needs --offload-share",)),
     (("run", "q1", "-o", "{tmp}/out", "--chunk-timeout", "5"), ("--chunk-timeout needs --offload-share",)),
