@@ -42,7 +42,7 @@ class Fetch(StrEnum):
     ALL_AT_ONCE = "all-at-once"
 
 
-ROUND_KEYS = 10_000  # a progressive round's default size (ADR 0034)
+ROUND_KEYS = 2_000  # a progressive round's default size (ADR 0034)
 ROUND_SCAN = 64  # a progressive round looks at most this many times its size of the VM's rows
 
 

@@ -88,7 +88,7 @@ RoundKeysOpt = Annotated[
         "--round-keys",
         min=1,
         help="With --handoff progressive: the keys a batch moves to the workers besides those its "
-        "records name (default 10,000).",
+        "records name (default 2,000).",
     ),
 ]
 WorkerNetnsOpt = Annotated[

@@ -200,17 +200,19 @@ def test_output_equals_reference_under_a_fault_schedule(
 
 
 # A keyed stage whose groups go to the workers, come back and go again while the VM holds their
-# auctions (Q6) or persons (Q3): the lazy fetch takes what the records name, the hand-back returns
-# it, nothing is lost.
+# auctions (Q6) or persons (Q3): the lazy fetch takes what the records name (Q6: and progressive
+# rounds of 50 more keys a batch), the hand-back returns it, nothing is lost.
 SWITCHES = {2: 0.6, 4: 0.05, 6: 0.7}  # after epoch N commits, the share of the next offsets
 
 
 # Q6's winners are Q4's operator, and its running average follows the plan's key groups. Q3's filters
 # keep 2 % of the events: its epochs are larger, so that groups back on the VM meet a record of
 # theirs there and take their state back.
-@pytest.mark.parametrize(("query", "epoch_events"), [("q3", 5_000), ("q6", 2_000)])
+@pytest.mark.parametrize(
+    ("query", "epoch_events", "fetch"), [("q3", 5_000, "lazy"), ("q6", 2_000, "progressive")]
+)
 def test_groups_switched_back_and_forth_mid_run_move_their_keys_and_equal_the_reference(
-    spark, tmp_path: Path, query: str, epoch_events: int
+    spark, tmp_path: Path, query: str, epoch_events: int, fetch: str
 ) -> None:
     from core.offload_plan import OffloadPlan
     from core.spark.offload_session import OFFLOAD_DIR
@@ -218,7 +220,7 @@ def test_groups_switched_back_and_forth_mid_run_move_their_keys_and_equal_the_re
 
     gen = GeneratorConfig(seed=3, events=8 * epoch_events, schedule=RateSchedule.constant(epoch_events))
     out = tmp_path / "out"
-    offload = OffloadConfig(share=0.05, workers=2)
+    offload = OffloadConfig(share=0.05, workers=2, fetch=fetch, round_keys=50)
     done: set[int] = set()
 
     def switch(epoch: dict) -> None:
