@@ -7,8 +7,10 @@ before the seal that made it is answered, so the version a processor's committed
 exists. Writes are atomic (core/atomic_write.py) and keyed by what they hold, so writing one twice
 (a retried task, a repeated seal) leaves the same file.
 
+State versions are kept one file per seal, holding each of its groups at its new version (ADR 0033).
 Garbage: batches commit in order, so a seal from version v proves every version below v-1 of that
-group is no longer named by any state Spark could restore; those are dropped then.
+group is no longer named by any state Spark could restore; a file holding only such versions is
+dropped then.
 """
 
 from __future__ import annotations
