@@ -32,7 +32,7 @@ from core.errors import InputError
 from core.wire.arrow_ipc import decode, encode
 from merge.keyed_groups import GROUP
 
-_CACHED_CHUNKS = 64
+_CACHED_FILES = 64
 _ENTITY = re.compile(r"[a-z]{1,32}")
 
 
@@ -65,7 +65,7 @@ class HandoffStore:
         self.state_dir = directory / "state"
         self.parts_dir.mkdir(parents=True, exist_ok=True)
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        self._chunks: OrderedDict[ChunkRef, pa.Table] = OrderedDict()
+        self._tables: OrderedDict[Path, pa.Table] = OrderedDict()  # stashed chunks and seals' states
         self._indexes: dict[str, _StateIndex] = {}
         self._lock = threading.Lock()
 
@@ -82,18 +82,10 @@ class HandoffStore:
     def records(self, ref: ChunkRef, groups: Collection[int]) -> pa.Table:
         """The records of `groups` in a stashed chunk (the chunk is read once and kept a while: a batch
         asks for its groups in turn)."""
-        with self._lock:
-            table = self._chunks.get(ref)
-            if table is None:
-                path = self.parts_dir / ref.name
-                if not path.exists():
-                    raise KeyError(f"no stashed chunk {ref.name} under {self.parts_dir}")
-                table = decode(path.read_bytes())
-                self._chunks[ref] = table
-                while len(self._chunks) > _CACHED_CHUNKS:
-                    self._chunks.popitem(last=False)
-            else:
-                self._chunks.move_to_end(ref)
+        try:
+            table = self._read(self.parts_dir / ref.name)
+        except FileNotFoundError:
+            raise KeyError(f"no stashed chunk {ref.name} under {self.parts_dir}") from None
         wanted = pa.array(sorted(groups), table.schema.field(GROUP).type)
         return table.filter(pc.is_in(table[GROUP], value_set=wanted))
 
@@ -124,10 +116,22 @@ class HandoffStore:
         with self._lock:
             path = self._index(op).path(group, version)
         if path is not None:
-            return decode(path.read_bytes())
+            return self._read(path)  # a seal's file names many groups: read once for all of them
         if version == 0:
             return None
         raise KeyError(f"state v{version} of {op} group {group} is gone (only the last two are kept)")
+
+    def _read(self, path: Path) -> pa.Table:
+        """A stored file's table, read once and kept a while: a batch asks for its groups in turn."""
+        with self._lock:
+            table = self._tables.get(path)
+            if table is None:
+                table = self._tables[path] = decode(path.read_bytes())
+                while len(self._tables) > _CACHED_FILES:
+                    self._tables.popitem(last=False)
+            else:
+                self._tables.move_to_end(path)
+        return table
 
     def _index(self, op: str) -> _StateIndex:
         """The operator's index of stored versions, read off its files' headers the first time."""
