@@ -2,16 +2,18 @@
 
 Why a spec and not pickled code: the VM agent, the Spark tasks and Lambda workers are different
 processes (and, on AWS, different machines and possibly code versions), so a program is named by data
-every side can check: the NEXMark query, its window parameters and the chain of node ids. The id is a
-hash of the canonical JSON, so equal specs get equal ids everywhere and a chunk can name its program
-in a few bytes. Workers compile a spec once and keep it for warm invocations (paper section 4.4).
+every side can check: the NEXMark query, its window parameters and the chain of node ids; or, for a
+job not built into the product, the job's logical plan itself (core/plan_codec.py), which the worker
+decodes into the plan's own types and checks. The id is a hash of the canonical JSON, so equal specs
+get equal ids everywhere and a chunk can name its program in a few bytes. Workers compile a spec once
+and keep it for warm invocations (paper section 4.4).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -19,23 +21,34 @@ from core.errors import ConfigError
 from lambda_worker.transient import TransientProgram, base_node_id
 
 if TYPE_CHECKING:
+    from core.plan import LogicalPlan
     from lambda_worker.keyed import KeyedProgram
     from lambda_worker.rank import RankProgram
 
     Program = TransientProgram | KeyedProgram | RankProgram
 
-_FIELDS = {"query", "params", "node_ids"}
+_FIELDS = {"query", "params", "node_ids", "plan"}
 _PARAMS = {"window_size_s", "window_slide_s"}
+MAX_SPEC_CHARS = 1 << 20  # a job's plan is a few KB: a longer spec is refused, not parsed
 
 
 @dataclass(frozen=True)
 class ProgramSpec:
-    """A NEXMark query, its window parameters, and the chain of its nodes to run as transient operators."""
+    """The chain of nodes to run as transient operators, of a NEXMark query with its window parameters,
+    or of the job whose plan `plan` carries (canonical JSON; `query` is then the job's name)."""
 
     query: str
     node_ids: tuple[str, ...]
     window_size_s: int = 10
     window_slide_s: int = 2
+    plan: str = ""
+
+    @classmethod
+    def of_plan(cls, plan: LogicalPlan, node_ids: Sequence[str]) -> ProgramSpec:
+        """The spec of `node_ids` of a job's own plan, which travels with it."""
+        from core.plan_codec import plan_to_json
+
+        return cls(plan.name, tuple(node_ids), plan=_canonical(plan_to_json(plan)))
 
     def __post_init__(self) -> None:
         if not isinstance(self.query, str) or not self.query:
@@ -49,14 +62,15 @@ class ProgramSpec:
                 raise ConfigError(f"program {name} must be an integer, got {value!r}")
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data = {
             "query": self.query,
             "params": {"window_size_s": self.window_size_s, "window_slide_s": self.window_slide_s},
             "node_ids": list(self.node_ids),
         }
+        return data | ({"plan": json.loads(self.plan)} if self.plan else {})
 
     def dumps(self) -> str:
-        return json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))
+        return _canonical(self.to_json())
 
     @property
     def program_id(self) -> str:
@@ -79,10 +93,15 @@ class ProgramSpec:
         node_ids = data["node_ids"]
         if not isinstance(node_ids, list):
             raise ConfigError(f"program node_ids must be a JSON list, got {node_ids!r}")
-        return cls(data["query"], tuple(node_ids), **params)
+        plan = data.get("plan")
+        if plan is not None:
+            _check_plan(plan)
+        return cls(data["query"], tuple(node_ids), **params, plan=_canonical(plan) if plan else "")
 
     @classmethod
     def loads(cls, text: str) -> ProgramSpec:
+        if len(text) > MAX_SPEC_CHARS:
+            raise ConfigError(f"a program spec of {len(text):,} characters is over {MAX_SPEC_CHARS:,}")
         try:
             return cls.from_json(json.loads(text))
         except json.JSONDecodeError as e:
@@ -94,11 +113,16 @@ class ProgramSpec:
         from core.keyed_stages import stepped
         from core.nexmark.params import QueryParams
         from core.nexmark.queries import get_query
+        from core.plan_codec import plan_from_json
         from lambda_worker.keyed import KeyedProgram
         from lambda_worker.rank import RankProgram
         from merge.sliding_top_k import fused_top_ks
 
-        plan = get_query(self.query).plan(QueryParams(self.window_size_s, self.window_slide_s))
+        plan = (
+            plan_from_json(json.loads(self.plan))
+            if self.plan
+            else get_query(self.query).plan(QueryParams(self.window_size_s, self.window_slide_s))
+        )
         (first, *rest) = self.node_ids
         if not rest and first in {n.id for n in plan.nodes}:
             if stepped(plan.node(first).op):
@@ -106,6 +130,21 @@ class ProgramSpec:
             if first in fused_top_ks(plan):
                 return RankProgram.from_plan(plan, first)
         return TransientProgram.from_plan(plan, self.node_ids)
+
+
+def _check_plan(plan: object) -> None:
+    """A job's plan, refused here as a bad request (not later, as a failed compile) when malformed."""
+    from core.errors import PlanError
+    from core.plan_codec import plan_from_json
+
+    try:
+        plan_from_json(plan)
+    except PlanError as e:
+        raise ConfigError(f"the program's plan is malformed: {e.message}", hint=e.hint) from None
+
+
+def _canonical(data: Mapping[str, Any]) -> str:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
 
 class ProgramCache:

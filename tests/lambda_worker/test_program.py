@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import json
+
+import polars as pl
 import pyarrow as pa
 import pytest
+from polars.testing import assert_frame_equal
 
 from core.errors import ConfigError, InputError
+from core.offload_chains import offload_chains
 from core.wire.arrow_ipc import checksum, decode, encode
 from core.wire.descriptor import SessionDescriptor
-from lambda_worker.program import ProgramCache, ProgramSpec
+from lambda_worker.program import MAX_SPEC_CHARS, ProgramCache, ProgramSpec
+from lambda_worker.transient import TransientProgram
+from tests.jobs import page_views, views
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -69,3 +76,26 @@ def test_descriptors_round_trip_and_reject_skew() -> None:
         SessionDescriptor("s", "localhost", "tok", "w1")
     with pytest.raises(ConfigError, match="non-negative"):
         SessionDescriptor("s", "h:1", "tok", "w1", idle_timeout_s=-1)
+
+
+def test_a_jobs_own_plan_travels_in_its_spec_and_runs_as_the_plan_itself_does() -> None:
+    plan, data = page_views(), views(5_000)
+    (chain,) = offload_chains(plan)
+    spec = ProgramSpec.of_plan(plan, chain.node_ids)
+    back = ProgramSpec.loads(spec.dumps())
+    assert back == spec and back.program_id == spec.program_id != ProgramSpec("q5", chain.node_ids).program_id
+    ran = pl.from_arrow(back.compile().run_table(data))
+    direct = pl.from_arrow(TransientProgram.from_plan(plan, chain.node_ids).run_table(data))
+    assert isinstance(ran, pl.DataFrame) and isinstance(direct, pl.DataFrame) and ran.height > 0
+    order = ["window_start", "page"]
+    assert_frame_equal(ran.sort(order), direct.sort(order), check_exact=False)
+
+
+def test_a_spec_with_a_malformed_plan_is_refused_when_read() -> None:
+    plan = page_views()
+    good = json.loads(ProgramSpec.of_plan(plan, ("filter1",)).dumps())
+    good["plan"]["nodes"][1]["op"]["predicate"] = {"col": "no_such_column"}
+    with pytest.raises(ConfigError, match=r"plan is malformed.*no_such_column"):
+        ProgramSpec.from_json(good)
+    with pytest.raises(ConfigError, match="over"):
+        ProgramSpec.loads(" " * (MAX_SPEC_CHARS + 1))

@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from core.direct_sink import chunk_name
+from core.offload_chains import offload_chains
 from core.wire.arrow_ipc import encode
 from core.wire.protocol import PROTOCOL_VERSION, grpc_module, pb, worker_token
 from lambda_worker.handler import handler
@@ -19,6 +20,7 @@ from lambda_worker.program import ProgramSpec
 from lambda_worker.session import SessionError
 from router import stats
 from router.client import AgentClient, OffloadError
+from tests.jobs import page_views, views
 from tests.router.conftest import Q5, Q7, bids, sorted_rows
 from tests.router.fakes import FakeContext, ThreadInvoker
 
@@ -38,6 +40,21 @@ def test_offload_runs_on_a_worker_and_equals_a_local_run(make_agent, secret) -> 
         s = client.stats()
     assert s[stats.CHUNKS_DISPATCHED] == 2 and s[stats.CHUNKS_RUN_LOCALLY] == 0
     assert s[stats.WORKERS_STARTED] >= 1 and s["session_id"] == agent.config.session_id
+
+
+def test_a_jobs_own_plan_runs_on_a_worker_that_holds_no_builder_for_it(make_agent, secret) -> None:  # type: ignore[no-untyped-def]
+    """A job not built into the product: its plan travels with its first chunk, the worker decodes and
+    runs it, and the answer equals the plan run here."""
+    agent = make_agent(ThreadInvoker())
+    plan, data = page_views(), views(20_000)
+    (chain,) = offload_chains(plan)
+    spec = ProgramSpec.of_plan(plan, chain.node_ids)
+    with AgentClient(agent.address, secret) as client:
+        first = client.offload(1, 0, 0, spec, data)
+        again = client.offload(1, 0, 1, spec, data.slice(0, 5_000))
+    assert first.worker_id and not first.ran_locally and first.rows_out > 0
+    assert sorted_rows(first.table) == sorted_rows(spec.compile().run_table(data))
+    assert sorted_rows(again.table) == sorted_rows(spec.compile().run_table(data.slice(0, 5_000)))
 
 
 def test_a_retried_offload_returns_the_cached_result_without_recomputation(make_agent, secret) -> None:  # type: ignore[no-untyped-def]
