@@ -66,11 +66,24 @@ class QueryBuilder:
         return LogicalPlan(self.name, tuple(self._nodes), tuple(self._edges), schemas=dict(self.schemas))
 
 
+class UnknownOperator(PlanError, AttributeError):
+    """A stream asked for an operator the compiler does not know (still an AttributeError: `hasattr`
+    and the like keep working)."""
+
+
 @dataclass
 class Stream:
     builder: QueryBuilder
     node_id: str
     schema: Columns
+
+    def __getattr__(self, name: str) -> object:
+        """Only reached for a name a stream does not have: a user's misspelt or unsupported operator
+        fails on its line, naming the operators that exist."""
+        if name.startswith("_"):
+            raise AttributeError(name)
+        known = sorted(n for n, v in vars(Stream).items() if callable(v) and not n.startswith("_"))
+        raise UnknownOperator(f"a stream has no operator {name!r}", hint=f"operators: {', '.join(known)}")
 
     @property
     def _keyed(self) -> bool:

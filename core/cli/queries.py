@@ -32,27 +32,35 @@ def queries() -> None:
 
 
 def compile_(
-    query: QueryArg,
+    job_ref: Annotated[
+        str,
+        typer.Argument(
+            metavar="JOB",
+            help="A NEXMark query (q0..q8, see `sponge queries`) or your own job: FILE.py:NAME, the Job "
+            "that FILE.py defines as NAME (core/job.py).",
+        ),
+    ],
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the DAGs and the offload chains as JSON.")
     ] = False,
 ) -> None:
-    """Compile a query: its logical DAG, the DAG after operator insertion (TOs, ROs, MOs), and which
-    operators a burst moves to workers."""
+    """Compile a query or your own job: its logical DAG, the DAG after operator insertion (TOs, ROs,
+    MOs), and which operators a burst moves to workers. A job's wrong column, type or operator fails
+    here, on its line, before Spark or any worker starts."""
+    from core.job import load
     from core.keyed_stages import keyed_stages
-    from core.nexmark.queries import get_query
     from core.offload_chains import offload_chains
     from core.render import render_chains, render_logical, render_rewritten
     from core.rewrite import rewrite
     from merge.sliding_top_k import fused_top_ks
 
-    info = get_query(query)
-    logical = info.plan()
+    job = load(job_ref)
+    logical = job.plan()
     rewritten = rewrite(logical)
     chains = offload_chains(logical)
     if as_json:
         doc = {
-            "query": info.name,
+            "query": job.name,
             "logical": logical.to_json(),
             "rewritten": rewritten.to_json(),
             "rewrite_ms": round(rewritten.rewrite_ms, 3),

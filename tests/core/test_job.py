@@ -1,0 +1,106 @@
+"""A user's own job: defined in a file, found by `FILE.py:NAME`, refused before Spark when it is wrong."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from core.errors import ConfigError, PlanError
+from core.expr import DType
+from core.job import Job, load
+from core.nexmark.queries import QUERIES
+from core.offload_chains import offload_chains
+from core.plan_codec import plan_to_json
+from tests.core.test_cli import assert_one_line_error, sponge
+
+pytestmark = pytest.mark.timeout(120)
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "page_views.py"
+
+GOOD = """\
+from core.job import Job, WindowSpec, agg, col
+
+job = Job("clicks")
+clicks = job.source("click", {"user": "int64", "url": "string", "at": "timestamp"}, event_time="at")
+clicks.key_by("url").window_aggregate(WindowSpec(10, 2, on="at"), n=agg("count")).sink()
+"""
+
+
+def _file(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "job.py"
+    path.write_text(text)
+    return path
+
+
+def test_a_job_file_is_found_by_file_and_name_and_compiles(tmp_path: Path) -> None:
+    job = load(f"{_file(tmp_path, GOOD)}:job")
+    assert job.name == "clicks" and set(job.sources) == {"click"}
+    assert job.sources["click"].event_time == "at" and job.sources["click"].columns["url"] is DType.STRING
+    (chain,) = offload_chains(job.plan())
+    assert chain.entity == "click" and chain.node_ids == ("key_by1", "window_aggregate2")
+    assert load(str(_file(tmp_path, GOOD))).name == "clicks"  # NAME defaults to job
+
+
+def test_the_example_job_compiles_and_its_top_k_goes_to_workers() -> None:
+    plan = load(f"{EXAMPLE}:job").plan()
+    assert [n.op.kind for n in plan.nodes][-2:] == ["top_k", "sink"]
+    assert offload_chains(plan)
+
+
+@pytest.mark.parametrize("name", sorted(QUERIES))
+def test_the_nexmark_queries_are_built_in_jobs(name: str) -> None:
+    job = load(name)
+    assert plan_to_json(job.plan()) == plan_to_json(QUERIES[name].plan())
+    assert job.sources and all(s.event_time == "date_time" for s in job.sources.values())
+
+
+@pytest.mark.parametrize(
+    ("edit", "error", "needles"),
+    [
+        (('key_by("url")', 'key_by("uri")'), PlanError, ["job.py:5:", "'uri'", "columns: user, url, at"]),
+        (
+            (".window_aggregate(", ".windowed_aggregate("),
+            PlanError,
+            ["job.py:5:", "'windowed_aggregate'", "top_k"],
+        ),
+        (('agg("count")', 'agg("median")'), PlanError, ["job.py:5:", "'median'", "count"]),
+        (('"user": "int64"', '"user": "long"'), PlanError, ["job.py:4:", "'long'", "int64"]),
+        (('event_time="at"', 'event_time="url"'), PlanError, ["job.py:4:", "'url'", "timestamp columns: at"]),
+        ((".sink()", ""), PlanError, ["'clicks' has no sink"]),
+        (("job = Job", "job = (Job"), ConfigError, ["job.py:"]),
+        (("from core.job", "import nothing_here\nfrom core.job"), ConfigError, ["job.py:1:", "nothing_here"]),
+    ],
+)
+def test_a_wrong_job_fails_before_spark_saying_where_and_what_exists(
+    tmp_path: Path, edit: tuple[str, str], error: type[Exception], needles: list[str]
+) -> None:
+    path = _file(tmp_path, GOOD.replace(*edit))
+    with pytest.raises(error) as raised:
+        load(f"{path}:job")
+    text = raised.value.one_line()  # type: ignore[attr-defined]
+    assert all(n in text for n in needles), text
+
+
+def test_a_reference_to_no_file_no_job_or_no_query_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"no Job named 'clicks'"):
+        load(f"{_file(tmp_path, GOOD)}:clicks")
+    with pytest.raises(ConfigError, match="no job file"):
+        load(f"{tmp_path / 'nope.py'}:job")
+    with pytest.raises(ConfigError, match="unknown query"):
+        load("q9")
+
+
+def test_hasattr_on_a_stream_still_answers() -> None:
+    stream = Job("j").source("s", {"at": "timestamp"}, event_time="at")
+    assert not hasattr(stream, "udf") and hasattr(stream, "key_by")
+
+
+def test_sponge_compile_takes_a_job_file(tmp_path: Path) -> None:
+    p = sponge("compile", f"{EXAMPLE}:job", "--json")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["query"] == "page_views" and doc["offload_chains"][0]["entity"] == "view"
+    bad = _file(tmp_path, GOOD.replace('key_by("url")', 'key_by("uri")'))
+    assert_one_line_error(sponge("compile", f"{bad}:job"), "job.py:5:", "'uri'")
