@@ -104,3 +104,13 @@ def test_sponge_compile_takes_a_job_file(tmp_path: Path) -> None:
     assert doc["query"] == "page_views" and doc["offload_chains"][0]["entity"] == "view"
     bad = _file(tmp_path, GOOD.replace('key_by("url")', 'key_by("uri")'))
     assert_one_line_error(sponge("compile", f"{bad}:job"), "job.py:5:", "'uri'")
+
+
+def test_the_readmes_own_job_compiles(tmp_path: Path) -> None:
+    readme = (EXAMPLE.parents[1] / "README.md").read_text()
+    snippet = readme.split("### Your own job", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    assert len(snippet.strip().splitlines()) <= 10  # the tour promises a job in under ten lines
+    path = tmp_path / "busy_pages.py"
+    path.write_text(snippet)
+    job = load(f"{path}:job")
+    assert job.name == "busy_pages" and offload_chains(job.plan())
