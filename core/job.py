@@ -21,28 +21,18 @@ import importlib.util
 import sys
 import traceback
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import ConfigError, PlanError
 from core.expr import DType, col, lit
+from core.file_schema import KINDS, FileSchema
+from core.nexmark.params import QueryParams
 from core.plan import LogicalPlan, WindowSpec
 from core.query import QueryBuilder, Stream, agg
 
-__all__ = ["Job", "SourceSpec", "WindowSpec", "agg", "col", "lit", "load"]
+__all__ = ["Job", "WindowSpec", "agg", "col", "lit", "load"]
 
-FORMATS = ("jsonl", "parquet")
-
-
-@dataclass(frozen=True)
-class SourceSpec:
-    """One source of a job: its records' columns, the timestamp column that is their event time (the
-    watermark follows it), and the format of the files it reads."""
-
-    name: str
-    columns: Mapping[str, DType]
-    event_time: str
-    format: str = "jsonl"
+FORMATS = ("jsonl",)  # the files a source reads
 
 
 class Job:
@@ -53,7 +43,7 @@ class Job:
         if not name or not name.replace("_", "").isalnum():
             raise PlanError(f"a job's name is letters, digits and _, got {name!r}")
         self.name = name
-        self.sources: dict[str, SourceSpec] = {}
+        self.sources: dict[str, FileSchema] = {}  # by name: each source's records, as its files hold them
         self._builder = QueryBuilder(name)
         self._fixed: LogicalPlan | None = None  # a built-in job's plan, built by its own builder
 
@@ -79,7 +69,7 @@ class Job:
             raise PlanError(
                 f"source {name!r}: unknown format {format!r}", hint=f"known: {', '.join(FORMATS)}"
             )
-        self.sources[name] = SourceSpec(name, typed, event_time, format)
+        self.sources[name] = FileSchema(name, tuple((c, t.value) for c, t in typed.items()), event_time)
         return self._builder.source(name, typed)
 
     def plan(self) -> LogicalPlan:
@@ -87,7 +77,7 @@ class Job:
 
 
 def _dtype(column: str, t: DType | str) -> DType:
-    readable = [d.value for d in DType if d not in (DType.WINDOW, DType.RECORDS)]
+    readable = list(KINDS)  # the types a file's column can hold
     if isinstance(t, DType) and t.value in readable:
         return t
     if isinstance(t, str) and t in readable:
@@ -98,10 +88,16 @@ def _dtype(column: str, t: DType | str) -> DType:
 # ---- finding a job --------------------------------------------------------------------------------
 
 
-def load(ref: str) -> Job:
-    """The job `ref` names: `FILE.py:NAME` (the `Job` a file defines as NAME), or a built-in query."""
-    if ":" not in ref and not ref.endswith(".py"):
-        return _built_in(ref)
+def is_file_ref(ref: str) -> bool:
+    """`ref` names a job file (`FILE.py:NAME` or `FILE.py`), not a built-in query."""
+    return ":" in ref or ref.endswith(".py")
+
+
+def load(ref: str, params: QueryParams | None = None) -> Job:
+    """The job `ref` names: `FILE.py:NAME` (the `Job` a file defines as NAME), or a built-in query
+    with its window parameters `params` (a job file sets its own windows in its code)."""
+    if not is_file_ref(ref):
+        return _built_in(ref, params)
     path_text, _, attr = ref.rpartition(":") if ":" in ref else (ref, ":", "job")
     path = Path(path_text)
     if path.suffix != ".py" or not path.is_file():
@@ -149,15 +145,15 @@ def _where(e: BaseException, path: Path) -> str:
     return f"{path}:{frames[-1].lineno}: " if frames else f"{path}: "
 
 
-def _built_in(name: str) -> Job:
+def _built_in(name: str, params: QueryParams | None) -> Job:
     """A NEXMark query as a job: its sources are the generator's entities, ordered by date_time."""
     from core.nexmark.queries import get_query
     from core.plan import Source
 
-    plan = get_query(name).plan()
+    plan = get_query(name).plan(params)
     job = Job(plan.name)
     job._fixed = plan
     for node in plan.nodes:
         if isinstance(node.op, Source):
-            job.sources[node.op.entity] = SourceSpec(node.op.entity, dict(node.op.columns), "date_time")
+            job.sources[node.op.entity] = FileSchema.nexmark(node.op.entity)
     return job

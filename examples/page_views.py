@@ -1,6 +1,13 @@
-"""Page views per page over sliding windows: how many, and the seconds readers spent on them.
+"""Page views: the three most viewed pages of each 10 s window, sliding every 2 s, with the seconds
+readers spent on them. Views with no dwell time (ms <= 0) are left out.
 
-sponge compile examples/page_views.py:job
+    python examples/page_views.py --output runs/views --records 200000      # write the input
+    sponge compile examples/page_views.py:job
+    sponge run examples/page_views.py:job --input runs/views --output runs/views-out
+
+The input is DIR/view/part-NNNNN.jsonl, one view per line:
+{"user": 17, "page": "/p3", "at": "2026-11-26T00:00:00.007000+00:00", "ms": 120}.
+`--burst-at S --burst-factor F` makes F times as many views per second from second S on, for 30 s.
 """
 
 from core.job import Job, WindowSpec, agg, col
@@ -18,3 +25,79 @@ views = job.source(
     .top_k(3, "views")
     .sink()
 )
+
+
+def write_views(
+    output: str,
+    records: int,
+    *,
+    rate: float = 1_000.0,
+    seed: int = 1,
+    files: int = 8,
+    burst_at: float = -1.0,
+    burst_factor: float = 1.0,
+    burst_s: float = 30.0,
+) -> int:
+    """Write `records` views as JSONL files under OUTPUT/view/: a Zipf-like choice of 50 pages, `rate`
+    views per second (times `burst_factor` inside the burst). Returns the files written."""
+    import json
+    from datetime import UTC, datetime, timedelta
+    from pathlib import Path
+
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    gaps = np.full(records, 1.0 / rate)
+    t = np.cumsum(gaps)
+    if burst_at >= 0:
+        inside = (t >= burst_at) & (t < burst_at + burst_s)
+        gaps[inside] /= burst_factor
+        t = np.cumsum(gaps)
+    pages = np.minimum(rng.zipf(1.5, records), 50)
+    users = rng.integers(0, 10_000, records)
+    dwell = rng.integers(-200, 60_000, records)
+    start = datetime(2026, 11, 26, tzinfo=UTC)
+    target = Path(output) / "view"
+    target.mkdir(parents=True, exist_ok=True)
+    per_file = -(-records // files)
+    for f in range(files):
+        lo, hi = f * per_file, min(records, (f + 1) * per_file)
+        lines = (
+            json.dumps(
+                {
+                    "user": int(users[i]),
+                    "page": f"/p{pages[i]}",
+                    "at": (start + timedelta(seconds=float(t[i]))).isoformat(),
+                    "ms": int(dwell[i]),
+                }
+            )
+            for i in range(lo, hi)
+        )
+        tmp = target / f".part-{f:05d}.jsonl.tmp"
+        tmp.write_text("".join(line + "\n" for line in lines))
+        tmp.rename(target / f"part-{f:05d}.jsonl")  # a reader sees whole files only
+    return files
+
+
+if __name__ == "__main__":
+    import argparse
+
+    ap = argparse.ArgumentParser(description="Write page views for examples/page_views.py:job.")
+    ap.add_argument("--output", required=True, help="input directory to write (DIR/view/*.jsonl)")
+    ap.add_argument("--records", type=int, default=100_000)
+    ap.add_argument("--rate", type=float, default=1_000.0, help="views per second of event time")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--files", type=int, default=8)
+    ap.add_argument("--burst-at", type=float, default=-1.0, help="second the burst starts (default: none)")
+    ap.add_argument("--burst-factor", type=float, default=2.0)
+    a = ap.parse_args()
+    n = write_views(
+        a.output,
+        a.records,
+        rate=a.rate,
+        seed=a.seed,
+        files=a.files,
+        burst_at=a.burst_at,
+        burst_factor=a.burst_factor,
+    )
+    print(f"wrote {a.records:,} views in {n} files under {a.output}/view")

@@ -11,6 +11,14 @@ import typer
 from core.errors import ConfigError
 
 QueryArg = Annotated[str, typer.Argument(help="NEXMark query, q0..q8 (see `sponge queries`).")]
+JobArg = Annotated[
+    str,
+    typer.Argument(
+        metavar="JOB",
+        help="A NEXMark query (q0..q8, see `sponge queries`) or your own job: FILE.py:NAME, the Job that "
+        "FILE.py defines as NAME (core/job.py).",
+    ),
+]
 EventsOpt = Annotated[int, typer.Option("--events", "-n", min=0, help="Number of events (all entities).")]
 SeedOpt = Annotated[int, typer.Option("--seed", "-s", min=0, help="Generator seed; same seed, same events.")]
 RateOpt = Annotated[

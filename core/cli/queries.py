@@ -10,6 +10,7 @@ import typer
 
 from core.cli.options import (
     EventsOpt,
+    JobArg,
     OutputOpt,
     QueryArg,
     RateOpt,
@@ -32,14 +33,7 @@ def queries() -> None:
 
 
 def compile_(
-    job_ref: Annotated[
-        str,
-        typer.Argument(
-            metavar="JOB",
-            help="A NEXMark query (q0..q8, see `sponge queries`) or your own job: FILE.py:NAME, the Job "
-            "that FILE.py defines as NAME (core/job.py).",
-        ),
-    ],
+    job_ref: JobArg,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the DAGs and the offload chains as JSON.")
     ] = False,

@@ -19,9 +19,9 @@ from core.cli.options import (
     HandoffOpt,
     InjectOpt,
     InvocationTypeOpt,
+    JobArg,
     OffloadShareOpt,
     OutputOpt,
-    QueryArg,
     RateOpt,
     RocksdbMemoryOpt,
     RoundKeysOpt,
@@ -35,7 +35,6 @@ from core.cli.options import (
     WorkerNetnsOpt,
     WorkersOpt,
     check_master,
-    check_query,
     generator,
     memory_config,
     offload_config,
@@ -45,7 +44,7 @@ from core.console import err, out
 
 
 def run(
-    query: QueryArg,
+    query: JobArg,
     output: OutputOpt,
     events: EventsOpt = 100_000,
     seed: SeedOpt = 0,
@@ -63,9 +62,9 @@ def run(
             "-i",
             exists=True,
             file_okay=False,
-            help="Read events from DIR/{person,auction,bid}/*.jsonl instead of generating them (--events "
-            "and --seed are then unused, --rate is refused). Bad lines go to OUTPUT/dead_letter and are "
-            "counted in summary.json.",
+            help="Read records from DIR/<source>/*.jsonl instead of generating them: DIR/{person,auction,"
+            "bid} for a query, one directory per source for your own job (--events and --seed are then "
+            "unused, --rate is refused). Bad lines go to OUTPUT/dead_letter and are counted in summary.json.",
         ),
     ] = None,
     offload_share: OffloadShareOpt = None,
@@ -96,7 +95,10 @@ def run(
         ),
     ] = False,
 ) -> None:
-    """Stream EVENTS generated NEXMark events (or the JSONL events of --input) through QUERY on Spark.
+    """Stream EVENTS generated NEXMark events (or the JSONL records of --input) through JOB on Spark.
+
+    JOB is a NEXMark query or your own job file (FILE.py:NAME), which reads DIR/<source>/*.jsonl of
+    --input for each of its sources; --events, --seed and the window options are the queries'.
 
     With --offload-share F, a share F of the records is routed to Lambda workers (transient
     operators) through the VM agent, and their results are merged back into Spark's state.
@@ -106,6 +108,7 @@ def run(
     Memory (--driver-memory, --executor-memory, --state-store, --rocksdb-memory) is sized from this
     machine unless set; summary.json records it, and the JVM's log goes to OUTPUT/_logs/jvm.log.
     """
+    from core.job import load
     from core.run_output import Existing
     from core.spark.runner import RunConfig, run_query
     from core.spark.session import SparkConfig, executor_jvms, worker_memory_mb
@@ -147,7 +150,7 @@ def run(
         ),
         existing=Existing.RESUME if resume else Existing.REFUSE,
     )
-    check_query(query)
+    load(query, config.params)  # a wrong job fails here, on its line, before Spark starts
     what = f"the events of {input_dir}" if input_dir is not None else f"{events:,} events"
     with err.status(f"streaming {what} through {query} ({memory.describe()}) ...") as status:
         summary = run_query(

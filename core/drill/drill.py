@@ -148,12 +148,12 @@ class DrillConfig:
             )
         self.memory.check_fits(self.executors)
         if self.memory.state_store != "rocksdb":
+            from core.job import load
             from core.nexmark.params import QueryParams
             from core.spark.runner import refuse_state_store
 
-            refuse_state_store(
-                self.query, QueryParams(self.window_size_s, self.window_slide_s), self.memory.state_store
-            )
+            params = QueryParams(self.window_size_s, self.window_slide_s)
+            refuse_state_store(load(self.query, params), self.memory.state_store)
 
 
 def run_drill(config: DrillConfig, status: Callable[[str], None] = print) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""The "nexmark-files" PySpark data source: NEXMark events of one entity read from JSON-lines files.
+"""The "nexmark-files" PySpark data source: the records of one source read from JSON-lines files, a
+NEXMark entity's or those of a source of a user's job (core/job.py) with its own schema.
 
 Why a second source: real inputs arrive as files (or from a broker) and are not trustworthy, unlike
 the generator of core/spark/source.py. One malformed or schema-violating line must not fail the
@@ -6,9 +7,10 @@ query, and must not vanish silently either: it goes to a dead-letter output with
 query keeps running. The source mirrors the "nexmark" source (offsets, Arrow batches, the
 end-of-stream punctuation) so the runner and the lowering treat both alike.
 
-Layout: `PATH/<entity>/*.jsonl`, one JSON object per line with the entity's columns
-(docs/queries.md, "Events"). Timestamps are ISO-8601 strings with a timezone ("2026-01-01T00:00:00.5Z",
-"...+02:00"; digits past the microsecond are truncated) or integer epoch microseconds. Names starting
+Layout: `PATH/<source>/*.jsonl`, one JSON object per line with the source's columns (a NEXMark
+entity's: docs/queries.md, "Events"). Timestamps are ISO-8601 strings with a timezone
+("2026-01-01T00:00:00.5Z", "...+02:00"; digits past the microsecond are truncated) or integer epoch
+microseconds. Names starting
 with "." or "_" are skipped, so a writer can write `.name.tmp` and rename it into place: a file must be
 complete once it has its `.jsonl` name. Blank lines are ignored; keys that are not columns are ignored.
 
@@ -18,13 +20,14 @@ core/spark/jsonl_validation.py says (the contract, the dead-letter layout, why r
 Offsets are `{"files": k}`: the first k files, sorted by name, have been consumed. Bounded mode
 (default) fixes the file list when the stream reader starts; position `len(files)` (one past the last
 file) is the END-OF-STREAM punctuation, a partition of its own that yields the same row as the
-"nexmark" source (date_time = END_OF_STREAM_TIME_US, other columns null) so the watermark closes
+"nexmark" source (the event time at END_OF_STREAM_TIME_US, other columns null) so the watermark closes
 every window and the run ends. Unbounded mode keeps listing the directory and never punctuates. New
 files must sort after the ones already consumed (e.g. part-00007 after part-00006) and consumed files
 must stay in place: a restarted query maps its checkpointed k back onto the sorted listing.
 
-Options (all strings): path (required; also `.load(path)`), entity (required), dead_letter (default
-PATH/_dead_letter), bounded ("true" | "false", default "true"), max_files_per_batch (64).
+Options (all strings): path (required; also `.load(path)`), entity (a NEXMark entity) or schema (a
+user's source: `FileSchema.to_option`), dead_letter (default PATH/_dead_letter), bounded ("true" |
+"false", default "true"), max_files_per_batch (64).
 """
 
 from __future__ import annotations
@@ -39,9 +42,9 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxFiles, SupportsTriggerAvailableNow
 
 from core.errors import ConfigError, InputError
-from core.nexmark.schema import check_entity, spark_ddl
+from core.file_schema import FileSchema
+from core.nexmark.schema import check_entity
 from core.spark.jsonl_validation import FILE_SUFFIX, read_file
-from core.spark.source import end_of_stream_batch
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -61,7 +64,7 @@ class FileSourceOptions:
     """The parsed, validated options; parsing happens once, when Spark instantiates the source."""
 
     path: str
-    entity: str
+    source: FileSchema
     dead_letter: str
     bounded: bool = True
     max_files_per_batch: int = DEFAULT_MAX_FILES_PER_BATCH
@@ -75,10 +78,11 @@ class FileSourceOptions:
                 "the nexmark-files source needs a path option",
                 hint='add .option("path", DIR) or .load(DIR); DIR holds person/, auction/, bid/ with *.jsonl',
             )
-        if "entity" not in opts:
+        if ("entity" in opts) == ("schema" in opts):
             raise ConfigError(
-                "the nexmark-files source needs an entity option",
-                hint='add .option("entity", "person" | "auction" | "bid")',
+                "the nexmark-files source needs an entity or a schema option (one of them)",
+                hint='add .option("entity", "person" | "auction" | "bid"), or a user source\'s '
+                '.option("schema", FileSchema.to_option())',
             )
         path = opts["path"].strip()
         bounded = opts.get("bounded", "true").strip().lower()
@@ -100,13 +104,23 @@ class FileSourceOptions:
             )
         dead_letter = opts.get("dead_letter", "").strip() or str(Path(path) / DEAD_LETTER_DEFAULT_DIR)
         dead_letter = str(Path(dead_letter).absolute())  # the same place for every worker
+        source = (
+            FileSchema.nexmark(opts["entity"].strip().lower())
+            if "entity" in opts
+            else FileSchema.from_option(opts["schema"])
+        )
         return cls(
             path=path,
-            entity=check_entity(opts["entity"].strip().lower()),
+            source=source,
             dead_letter=dead_letter,
             bounded=bounded == "true",
             max_files_per_batch=max_files_per_batch,
         )
+
+    @property
+    def entity(self) -> str:
+        """The source's name: a NEXMark entity, or a source of a user's job."""
+        return self.source.name
 
     @property
     def entity_dir(self) -> Path:
@@ -130,8 +144,8 @@ def _require_dir(options: FileSourceOptions) -> None:
     if options.bounded and not options.entity_dir.is_dir():
         raise InputError(
             f"no {options.entity} directory at {options.entity_dir}",
-            hint="point path at a directory with person/, auction/, bid/ holding *.jsonl files; "
-            "core.nexmark.jsonl.write_jsonl_events writes that layout",
+            hint=f"point path at a directory with {options.entity}/ holding *.jsonl files"
+            + ("; core.nexmark.jsonl.write_jsonl_events writes that layout" if options.source.strict else ""),
         )
 
 
@@ -152,9 +166,9 @@ def read_partition(options: FileSourceOptions, partition: InputPartition) -> Ite
     if not isinstance(partition, FilePartition):
         return
     if partition.path is not None:
-        yield from read_file(partition.path, options.entity, options.dead_letter)
+        yield from read_file(partition.path, options.source, options.dead_letter)
     if partition.punctuate:
-        yield end_of_stream_batch(options.entity)
+        yield options.source.end_of_stream()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -258,7 +272,7 @@ class NexmarkFileDataSource(DataSource):
         return SOURCE_NAME
 
     def schema(self) -> str:
-        return spark_ddl(self.parsed.entity)
+        return self.parsed.source.spark_ddl
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return FileBatchReader(self.parsed)
@@ -272,18 +286,24 @@ def register(spark: SparkSession) -> None:
     spark.dataSource.register(NexmarkFileDataSource)
 
 
-def require_entity_dirs(path: str | Path, entities: Sequence[str]) -> None:
-    """Fail before a run starts if `path` lacks a directory a query reads, with what to do about it.
+def require_entity_dirs(path: str | Path, sources: Sequence[FileSchema | str]) -> None:
+    """Fail before a run starts if `path` lacks a directory a job reads (a NEXMark entity's name stands
+    for its schema), with what to do about it.
 
     The stream readers check this too, but only once the streaming query runs, where the error would
     surface as a StreamingQueryException instead of a one-line InputError.
     """
-    missing = [e for e in entities if not (Path(path) / check_entity(e)).is_dir()]
+    schemas = [s if isinstance(s, FileSchema) else FileSchema.nexmark(s) for s in sources]
+    missing = list(dict.fromkeys(s.name for s in schemas if not (Path(path) / s.name).is_dir()))
     if missing:
+        writer = (
+            "; core.nexmark.jsonl.write_jsonl_events writes that layout"
+            if all(s.strict for s in schemas)
+            else ""
+        )
         raise InputError(
             f"input {path} has no {', '.join(missing)} director{'y' if len(missing) == 1 else 'ies'}",
-            hint=f"put {', '.join(f'{e}/*.jsonl' for e in missing)} under it; "
-            "core.nexmark.jsonl.write_jsonl_events writes that layout",
+            hint=f"put {', '.join(f'{e}/*.jsonl' for e in missing)} under it{writer}",
         )
 
 

@@ -4,14 +4,17 @@ Why apart from the Spark data source (core/spark/file_source.py): what makes a l
 rejected line goes, is plain Python over one file; the source only decides which files a micro-batch
 reads. This module imports no PySpark: Spark's Python workers run it, and tests need no session.
 
-Validation (`parse_record`): every column must be present; int64 columns (ids, prices, category) must
-be non-null whole numbers in [0, 2^63); timestamps must be non-null; string columns may be null.
-Why this contract: numbers and times are what the queries compute on (join keys, windows, prices),
-and a null there would silently drop out of a join or an aggregate; strings are only descriptive.
-A date_time at or after END_OF_STREAM_TIME_US is rejected as well: it would advance the watermark
-to the end of time, close every window early and turn all later events into dropped late data.
+Validation (`parse_record`), against the source's `FileSchema` (core/file_schema.py): every column
+must be present and of its type (int64 a whole number in int64's range, float64 any JSON number, bool
+true or false, a timestamp an ISO-8601 string with a timezone or epoch microseconds, a string a
+string). The event time must not be null. For a NEXMark entity, int64 columns (ids, prices,
+category) must also be non-null and non-negative, and only strings may be null. Why: numbers and
+times are what the queries compute on (join keys, windows, prices), and a null there would silently
+drop out of a join or an aggregate. A user's source may hold nulls anywhere but in its event time. An
+event time at or after END_OF_STREAM_TIME_US is rejected as well: it would advance the watermark to
+the end of time, close every window early and turn all later events into dropped late data.
 
-Dead letters: each partition (one input file) writes `dead_letter/<entity>/<file-stem>.jsonl`, one
+Dead letters: each partition (one input file) writes `dead_letter/<source>/<file-stem>.jsonl`, one
 object per rejected line, `{"file", "line", "reason", "record"}` (line numbers from 1, `record` the raw
 text). The name depends only on the input file and the file is replaced atomically (temporary name +
 rename), so a replayed partition (a task retry, a batch re-run after a restart) overwrites its dead
@@ -34,7 +37,10 @@ import pyarrow as pa
 
 from core import atomic_write
 from core.errors import InputError
-from core.nexmark.schema import END_OF_STREAM_TIME_US, schema_for
+from core.file_schema import FileSchema
+from core.nexmark.schema import END_OF_STREAM_TIME_US
+
+Schema = FileSchema | str  # a NEXMark entity's name stands for its schema
 
 FILE_SUFFIX = ".jsonl"
 BATCH_ROWS = 65_536
@@ -61,27 +67,23 @@ class RecordError(ValueError):
 @dataclass(frozen=True)
 class _Column:
     name: str
-    kind: str  # "int64" | "timestamp" | "string"
+    kind: str  # a core.file_schema.KINDS name
     nullable: bool
-    before_eos: bool  # date_time only: must lie before the end-of-stream punctuation
+    non_negative: bool
+    before_eos: bool  # the event time: must lie before the end-of-stream punctuation
+
+
+def _schema(schema: Schema) -> FileSchema:
+    return schema if isinstance(schema, FileSchema) else FileSchema.nexmark(schema)
 
 
 @cache
-def _columns(entity: str) -> tuple[_Column, ...]:
-    """The validation rules of `entity`, derived from its Arrow schema so the two cannot drift."""
-    rules = []
-    for field in schema_for(entity):
-        if field.type == pa.int64():
-            kind = "int64"
-        elif pa.types.is_timestamp(field.type):
-            kind = "timestamp"
-        elif field.type == pa.string():
-            kind = "string"
-        else:  # pragma: no cover - a new column type needs a rule here first
-            raise TypeError(f"no validation rule for {entity}.{field.name}: {field.type}")
-        nullable, before_eos = kind == "string", field.name == "date_time"
-        rules.append(_Column(field.name, kind, nullable=nullable, before_eos=before_eos))
-    return tuple(rules)
+def _columns(schema: FileSchema) -> tuple[_Column, ...]:
+    """The validation rules of a source's columns, from its schema so the two cannot drift."""
+    return tuple(
+        _Column(c, k, schema.nullable(c, k), schema.non_negative(k), before_eos=c == schema.event_time)
+        for c, k in schema.columns
+    )
 
 
 def _json_type(value: Any) -> str:
@@ -104,10 +106,22 @@ def _json_type(value: Any) -> str:
 def _int64(col: _Column, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise RecordError(f"field '{col.name}': expected int64, got {_json_type(value)}")
-    if value < 0:
+    if col.non_negative and value < 0:
         raise RecordError(f"field '{col.name}': must be >= 0, got {value}")
-    if value > _INT64_MAX:
+    if not -_INT64_MAX - 1 <= value <= _INT64_MAX:
         raise RecordError(f"field '{col.name}': {value} is out of the int64 range")
+    return value
+
+
+def _float64(col: _Column, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise RecordError(f"field '{col.name}': expected float64, got {_json_type(value)}")
+    return float(value)
+
+
+def _bool(col: _Column, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise RecordError(f"field '{col.name}': expected bool, got {_json_type(value)}")
     return value
 
 
@@ -140,11 +154,17 @@ def _string(col: _Column, value: Any) -> str:
     return value
 
 
-_CONVERT = {"int64": _int64, "timestamp": _timestamp_us, "string": _string}
+_CONVERT = {
+    "int64": _int64,
+    "float64": _float64,
+    "bool": _bool,
+    "timestamp": _timestamp_us,
+    "string": _string,
+}
 
 
-def parse_record(line: str | bytes, entity: str) -> tuple[Any, ...]:
-    """One JSON line as a tuple of `entity`'s column values, timestamps as UTC epoch microseconds.
+def parse_record(line: str | bytes, schema: Schema) -> tuple[Any, ...]:
+    """One JSON line as a tuple of the source's column values, timestamps as UTC epoch microseconds.
 
     Raises RecordError with the first problem in column order, so a line always gets the same reason:
     "malformed json: ...", "missing field 'price'", "field 'price': expected int64, got string",
@@ -164,7 +184,7 @@ def parse_record(line: str | bytes, entity: str) -> tuple[Any, ...]:
     if not isinstance(obj, dict):
         raise RecordError(f"malformed json: expected an object, got {_json_type(obj)}")
     values = []
-    for col in _columns(entity):
+    for col in _columns(_schema(schema)):
         if col.name not in obj:
             raise RecordError(f"missing field '{col.name}'")
         value = obj[col.name]
@@ -186,9 +206,9 @@ def reason_kind(reason: str) -> str:
 # Reading a file: rows and dead letters
 
 
-def dead_letter_file(dead_letter_dir: str | Path, entity: str, input_file: str | Path) -> Path:
+def dead_letter_file(dead_letter_dir: str | Path, source: str, input_file: str | Path) -> Path:
     """Where the dead letters of `input_file` go: a function of the input file alone, for idempotency."""
-    return Path(dead_letter_dir) / entity / (Path(input_file).stem + FILE_SUFFIX)
+    return Path(dead_letter_dir) / source / (Path(input_file).stem + FILE_SUFFIX)
 
 
 def write_dead_letters(target: Path, letters: Sequence[Mapping[str, Any]]) -> None:
@@ -204,21 +224,22 @@ def write_dead_letters(target: Path, letters: Sequence[Mapping[str, Any]]) -> No
     )
 
 
-def _to_batch(entity: str, rows: list[tuple[Any, ...]]) -> pa.RecordBatch:
-    schema = schema_for(entity)
+def _to_batch(source: FileSchema, rows: list[tuple[Any, ...]]) -> pa.RecordBatch:
+    schema = source.arrow
     columns = [list(values) for values in zip(*rows, strict=True)]
     arrays = [pa.array(values, type=field.type) for values, field in zip(columns, schema, strict=True)]
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 def read_file(
-    input_file: str | Path, entity: str, dead_letter_dir: str | Path, batch_rows: int = BATCH_ROWS
+    input_file: str | Path, schema: Schema, dead_letter_dir: str | Path, batch_rows: int = BATCH_ROWS
 ) -> Iterator[pa.RecordBatch]:
-    """The valid rows of one JSONL file as Arrow batches of the entity schema; bad lines to dead letters.
+    """The valid rows of one JSONL file as Arrow batches of the source's schema; bad lines to dead letters.
 
     The dead-letter file is written once the whole file has been read (a partially consumed iterator
     writes none, since its letters would be incomplete); it is replaced, never appended to.
     """
+    source = _schema(schema)
     letters: list[dict[str, Any]] = []
     rows: list[tuple[Any, ...]] = []
     try:
@@ -236,7 +257,7 @@ def read_file(
             if not line.strip():
                 continue
             try:
-                rows.append(parse_record(line, entity))
+                rows.append(parse_record(line, source))
             except RecordError as err:
                 letters.append(
                     {
@@ -248,11 +269,11 @@ def read_file(
                 )
                 continue
             if len(rows) >= batch_rows:
-                yield _to_batch(entity, rows)
+                yield _to_batch(source, rows)
                 rows = []
     if rows:
-        yield _to_batch(entity, rows)
-    write_dead_letters(dead_letter_file(dead_letter_dir, entity, input_file), letters)
+        yield _to_batch(source, rows)
+    write_dead_letters(dead_letter_file(dead_letter_dir, source.name, input_file), letters)
 
 
 def dead_letter_summary(dead_letter_dir: str | Path) -> dict[str, Any]:

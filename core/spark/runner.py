@@ -1,11 +1,12 @@
-"""Run a NEXMark query on Spark Structured Streaming to the end of its event stream.
+"""Run a job (a NEXMark query, or a user's job file: core/job.py) on Spark Structured Streaming to the
+end of its event stream.
 
 The source ends with an end-of-stream punctuation whose event time closes every window; the run is
 over once Spark reports that watermark, i.e. once the batch that applied it has committed.
 
-With `input` set, events come from `input/<entity>/*.jsonl` (the bounded "nexmark-files" source)
+With `input` set, records come from `input/<source>/*.jsonl` (the bounded "nexmark-files" source)
 instead of the generator; lines that fail validation go to `output/dead_letter/` and are counted in
-summary.json, and the run keeps going.
+summary.json, and the run keeps going. A user's job always reads its sources so.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from typing import Any, Protocol
 
 from core.errors import ConfigError, SpongeError
 from core.fault_spec import Triggers
+from core.job import Job, is_file_ref, load
 from core.nexmark.generator import GeneratorConfig, event_ids
 from core.nexmark.params import QueryParams
-from core.nexmark.queries import get_query
 from core.offload_chains import OffloadChain, offload_chains
 from core.plan import Source
 from core.rewrite import rewrite
@@ -41,7 +42,7 @@ FAILURE_WAIT_S = 3.0  # a failed query's JVM may be on its way out (Spark's shut
 
 @dataclass(frozen=True)
 class RunConfig:
-    query: str
+    query: str  # a NEXMark query, or a job file: FILE.py:NAME (core/job.py)
     generator: GeneratorConfig
     output: Path
     params: QueryParams = field(default_factory=QueryParams)
@@ -69,8 +70,17 @@ class RunConfig:
                 "offloading needs the generated source and the rewritten plan",
                 hint="drop --input (or plain) when passing --offload-share",
             )
+        if is_file_ref(self.query) and self.input is None:
+            raise ConfigError(
+                f"{self.query} reads its sources from files, and no --input was given",
+                hint="pass --input DIR, with DIR/<source>/*.jsonl for each of the job's sources",
+            )
         if self.spark.memory.state_store != "rocksdb":
-            refuse_state_store(self.query, self.params, self.spark.memory.state_store)
+            refuse_state_store(self.job(), self.spark.memory.state_store)
+
+    def job(self) -> Job:
+        """The job the run streams (its file is read again each time: a resumed run reads it anew)."""
+        return load(self.query, self.params)
 
 
     def identity(self) -> dict[str, Any]:
@@ -88,16 +98,16 @@ class RunConfig:
         }
 
 
-def refuse_state_store(query: str, params: QueryParams, state_store: str) -> None:
-    """Refuse a state store the query's plan cannot run on: transformWithState needs RocksDB."""
+def refuse_state_store(job: Job, state_store: str) -> None:
+    """Refuse a state store the job's plan cannot run on: transformWithState needs RocksDB."""
     from core.spark.lower import needs_rocksdb
 
-    plan = get_query(query).plan(params)
+    plan = job.plan()
     if needs_rocksdb(plan):
         stateful = sorted({n.op.kind for n in plan.nodes if n.op.stateful})
         raise ConfigError(
-            f"{query} runs its stateful operators ({', '.join(stateful)}) on transformWithState, which only "
-            f"the RocksDB state store serves; --state-store {state_store} cannot run it",
+            f"{job.name} runs its stateful operators ({', '.join(stateful)}) on transformWithState, which "
+            f"only the RocksDB state store serves; --state-store {state_store} cannot run it",
             hint=f"drop --state-store {state_store} (RocksDB is the default)",
         )
 
@@ -139,11 +149,12 @@ def _run_query(
     from core.spark.jsonl_validation import dead_letter_summary
     from core.spark.lower import lower_plain, lower_rewritten
 
-    info = get_query(config.query)
-    logical = info.plan(config.params)
+    job = config.job()
+    logical = job.plan()
     rewritten = rewrite(logical)
+    own = job.sources if is_file_ref(config.query) else {}
     if config.input is not None:
-        require_entity_dirs(config.input, [n.op.entity for n in logical.nodes if isinstance(n.op, Source)])
+        require_entity_dirs(config.input, list(job.sources.values()))
     out = config.output
     spark = spark_session(config.spark)
     register_file_source(spark)
@@ -152,7 +163,7 @@ def _run_query(
     session = None
     restarts, kills = Triggers([], []), Triggers([], [])
     if config.offload is None:
-        sources = nexmark_sources(spark, config, pace_origin=started)
+        sources = nexmark_sources(spark, config, pace_origin=started, schemas=own)
         sinks = lower_plain(logical, sources) if config.plain else lower_rewritten(rewritten, sources)
     else:
         chains = tuple(offload_chains(logical))
@@ -177,7 +188,7 @@ def _run_query(
         epochs_progress = stream_to_end(
             sink_df,
             out,
-            f"sponge_{config.query}_{int(started)}",
+            f"sponge_{job.name}_{int(started)}",
             n_sources,
             config.generator.events,
             timeout_s=config.timeout_s,
@@ -203,6 +214,7 @@ def _run_query(
     routed = routed_to_workers(config, out, chains) if session is not None else 0
     summary = {
         "query": config.query,
+        "job": job.name,
         "events": records_in if config.input is not None else config.generator.events,
         "seed": None if config.input is not None else config.generator.seed,
         "records_in": records_in,

@@ -174,16 +174,9 @@ def read_range(options: SourceOptions, partition: EventRange) -> Iterator[pa.Rec
 
 def end_of_stream_batch(entity: str) -> pa.RecordBatch:
     """The punctuation row: date_time = END_OF_STREAM_TIME_US, every other column null."""
-    import pyarrow as pa
+    from core.file_schema import FileSchema
 
-    from core.nexmark.schema import END_OF_STREAM_TIME_US, schema_for
-
-    schema = schema_for(entity)
-    columns = [
-        pa.array([END_OF_STREAM_TIME_US], type=f.type) if f.name == "date_time" else pa.nulls(1, type=f.type)
-        for f in schema
-    ]
-    return pa.RecordBatch.from_arrays(columns, schema=schema)
+    return FileSchema.nexmark(entity).end_of_stream()
 
 
 class NexmarkBatchReader(DataSourceReader):

@@ -1,4 +1,5 @@
-"""The input streams of a run: the NEXMark sources, watermarked, with punctuation and heartbeats dropped.
+"""The input streams of a run: the NEXMark sources or a user's job's own, watermarked on their event
+time, with punctuation and heartbeats dropped.
 
 Why a module of their own: the runner reads the VM's share through them and the offload session the
 workers' share, so both take them from here.
@@ -10,6 +11,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Protocol
 
+from core.file_schema import NEXMARK_EVENT_TIME, FileSchema
 from core.nexmark.generator import GeneratorConfig
 from core.plan import Source
 
@@ -33,24 +35,30 @@ class StreamedRun(Protocol):
 
 
 def nexmark_sources(
-    spark, config: StreamedRun, pace_origin: float, routes: Mapping[str, Mapping[str, str]] | None = None
+    spark,
+    config: StreamedRun,
+    pace_origin: float,
+    routes: Mapping[str, Mapping[str, str]] | None = None,
+    schemas: Mapping[str, FileSchema] | None = None,
 ) -> Callable[[Source], object]:
-    """The factory of source streams; `routes` maps an entity to the options of its routed read."""
+    """The factory of source streams; `routes` maps an entity to the options of its routed read, and
+    `schemas` a user's source to its records' schema (read from its files under the run's input)."""
 
     def make(src: Source):
         route = (routes or {}).get(src.entity)
+        own = (schemas or {}).get(src.entity)
         if config.input is not None:
-            df = (
+            reader = (
                 spark.readStream.format("nexmark-files")
                 .option("path", str(config.input))
-                .option("entity", src.entity)
                 .option("dead_letter", str(config.output / DEAD_LETTER_DIR))
                 .option("bounded", "true")
-                .load()
             )
+            reader = reader.option("schema", own.to_option()) if own else reader.option("entity", src.entity)
+            df = reader.load()
         else:
             df = generated_stream(spark, config, src.entity, pace_origin, route or {})
-        return keep_alive(df, "date_time", heartbeats=route is not None)
+        return keep_alive(df, own.event_time if own else NEXMARK_EVENT_TIME, heartbeats=route is not None)
 
     return make
 

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from core.errors import ConfigError, PlanError
-from core.expr import DType
 from core.job import Job, load
 from core.nexmark.queries import QUERIES
 from core.offload_chains import offload_chains
@@ -37,7 +36,7 @@ def _file(tmp_path: Path, text: str) -> Path:
 def test_a_job_file_is_found_by_file_and_name_and_compiles(tmp_path: Path) -> None:
     job = load(f"{_file(tmp_path, GOOD)}:job")
     assert job.name == "clicks" and set(job.sources) == {"click"}
-    assert job.sources["click"].event_time == "at" and job.sources["click"].columns["url"] is DType.STRING
+    assert job.sources["click"].event_time == "at" and dict(job.sources["click"].columns)["url"] == "string"
     (chain,) = offload_chains(job.plan())
     assert chain.entity == "click" and chain.node_ids == ("key_by1", "window_aggregate2")
     assert load(str(_file(tmp_path, GOOD))).name == "clicks"  # NAME defaults to job
