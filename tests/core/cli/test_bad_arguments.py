@@ -105,7 +105,7 @@ CASES: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
     (("queries", "q5"), ("unexpected extra argument", "sponge queries --help")),
     # compile
     (("compile", "q42"), ("unknown query 'q42'", "sponge queries")),
-    (("compile",), ("Missing argument 'query'", "sponge compile --help")),
+    (("compile",), ("Missing argument 'JOB'", "sponge compile --help")),
     (("compile", "q5", "--jsn"), ("No such option: --jsn", "--json")),
     # reference
     (("reference", "nope", "-o", "{tmp}/out"), ("unknown query 'nope'",)),
@@ -168,6 +168,9 @@ CASES: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
     ),
     (("run", "q1", "-o", "{tmp}/out", "--state-store", "memory"), ("unknown state store", "rocksdb or hdfs")),
     (("run", "q5", "-o", "{tmp}/out", "--state-store", "hdfs"), ("transformWithState", "drop --state-store")),
+    (("run", "{example}:job", "-o", "{tmp}/out"), ("no --input was given", "DIR/<source>/*.jsonl")),
+    (("run", "{tmp}/nope.py:job", "-o", "{tmp}/out", "-i", "{tmp}"), ("no job file", "file.py:job")),
+    (("run", "{example}:jobs", "-o", "{tmp}/out", "-i", "{tmp}"), ("no Job named 'jobs'", "it defines job")),
     (
         ("run", "q1", "-o", "{tmp}/out", "--state-store", "hdfs", "--rocksdb-memory", "1g"),
         ("--rocksdb-memory", "drop --rocksdb-memory"),
@@ -231,8 +234,11 @@ CASES: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
 ]
 
 
+EXAMPLE = str(Path(__file__).resolve().parents[3] / "examples" / "page_views.py")
+
+
 def _fill(args: tuple[str, ...], tmp: Path, a_file: Path) -> list[str]:
-    names = {"tmp": str(tmp), "file": str(a_file), "missing": str(tmp / "does-not-exist")}
+    names = {"tmp": str(tmp), "file": str(a_file), "missing": str(tmp / "does-not-exist"), "example": EXAMPLE}
     return [a.format(**names) for a in args]
 
 
