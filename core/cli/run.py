@@ -52,6 +52,9 @@ def run(
     window_size: WindowOpt = 10,
     window_slide: SlideOpt = 2,
     batch_events: Annotated[int, typer.Option(min=1, help="Most events per micro-batch (epoch).")] = 200_000,
+    batch_files: Annotated[
+        int, typer.Option(min=1, help="With --input: the most files of each source per micro-batch (epoch).")
+    ] = 64,
     master: Annotated[
         str, typer.Option(help="Spark master URL for the VM side; local[N,F] runs a failed task F times.")
     ] = "local[2,4]",
@@ -130,6 +133,7 @@ def run(
         params=params(window_size, window_slide),
         pace=rate is not None,
         max_events_per_batch=batch_events,
+        max_files_per_batch=batch_files,
         spark=SparkConfig(master=master, memory=memory, jvm_log=output / "_logs" / "jvm.log"),
         input=input_dir,
         offload=offload_config(

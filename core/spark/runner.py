@@ -52,12 +52,15 @@ class RunConfig:
     plain: bool = False  # lower without proxies (bench baseline)
     timeout_s: float = 1800.0
     input: Path | None = None  # read input/<entity>/*.jsonl instead of generating events
+    max_files_per_batch: int = 64  # with `input`: the most files of a source one micro-batch reads
     offload: OffloadConfig | None = None  # route records to Lambda workers (None: no routers at all)
     existing: Existing = Existing.REFUSE  # what to do with a sponge run already in `output`
 
     def __post_init__(self) -> None:
         if self.max_events_per_batch <= 0:
             raise ConfigError("max events per batch must be positive", hint="pass a positive --batch-events")
+        if self.max_files_per_batch <= 0:
+            raise ConfigError("max files per batch must be positive", hint="pass a positive --batch-files")
         if self.input is not None and self.pace:
             raise ConfigError("--rate paces generated events only", hint="drop --rate when using --input")
         if self.input is not None and self.input.resolve().is_relative_to(self.output.resolve()):

@@ -31,6 +31,8 @@ class StreamedRun(Protocol):
     @property
     def input(self) -> Path | None: ...
     @property
+    def max_files_per_batch(self) -> int: ...
+    @property
     def output(self) -> Path: ...
 
 
@@ -53,6 +55,7 @@ def nexmark_sources(
                 .option("path", str(config.input))
                 .option("dead_letter", str(config.output / DEAD_LETTER_DIR))
                 .option("bounded", "true")
+                .option("max_files_per_batch", str(config.max_files_per_batch))
             )
             reader = reader.option("schema", own.to_option()) if own else reader.option("entity", src.entity)
             df = reader.load()

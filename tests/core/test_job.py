@@ -48,6 +48,13 @@ def test_the_example_job_compiles_and_its_top_k_goes_to_workers() -> None:
     assert offload_chains(plan)
 
 
+@pytest.mark.parametrize("path", sorted(EXAMPLE.parent.glob("*.py")), ids=lambda p: p.stem)
+def test_every_example_is_a_job_that_is_not_nexmark(path: Path) -> None:
+    job = load(f"{path}:job")
+    assert job.sources and not set(job.sources) & {"person", "auction", "bid"}
+    assert offload_chains(job.plan())
+
+
 @pytest.mark.parametrize("name", sorted(QUERIES))
 def test_the_nexmark_queries_are_built_in_jobs(name: str) -> None:
     job = load(name)

@@ -1,0 +1,111 @@
+"""Site temperatures: sensor readings joined with the devices' registrations (which site each device is
+at), then per site and 60 s window sliding every 10 s: how many readings, their mean and their maximum.
+Readings of a device that never registered are left out (an inner join).
+
+    python examples/site_temperatures.py --output runs/sensors --readings 200000      # write the input
+    sponge compile examples/site_temperatures.py:job
+    sponge run examples/site_temperatures.py:job --input runs/sensors --output runs/sensors-out
+
+The input is DIR/device/*.jsonl, {"device_id": 7, "site": "site3", "since": "2026-..."}, and
+DIR/reading/*.jsonl, {"device": 7, "at": "2026-...", "temp": 21.4}. `--burst-at S --burst-factor F`
+makes F times as many readings per second from second S on, for 30 s.
+"""
+
+from core.job import Job, WindowSpec, agg, col
+
+job = Job("site_temperatures")
+readings = job.source("reading", {"device": "int64", "at": "timestamp", "temp": "float64"}, event_time="at")
+devices = job.source(
+    "device", {"device_id": "int64", "site": "string", "since": "timestamp"}, event_time="since"
+)
+joined = readings.key_by("device").join(devices.key_by("device_id"), right_on="since")
+joined.key_by("site").window_aggregate(
+    WindowSpec(60, 10, on="at"),
+    readings=agg("count"),
+    avg_temp=agg("avg", col("temp")),
+    max_temp=agg("max", col("temp")),
+).sink()
+
+
+def write_readings(
+    output: str,
+    readings: int,
+    *,
+    devices: int = 200,
+    sites: int = 8,
+    rate: float = 1_000.0,
+    seed: int = 1,
+    files: int = 8,
+    burst_at: float = -1.0,
+    burst_factor: float = 1.0,
+    burst_s: float = 30.0,
+) -> None:
+    """Write the devices (registered at the start, one in ten never) and `readings` readings at `rate`
+    per second (times `burst_factor` inside the burst) under OUTPUT/device/ and OUTPUT/reading/."""
+    import json
+    from datetime import UTC, datetime, timedelta
+    from pathlib import Path
+
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    start = datetime(2026, 11, 26, tzinfo=UTC)
+
+    def write(source: str, part: int, rows: list[dict[str, object]]) -> None:
+        target = Path(output) / source
+        target.mkdir(parents=True, exist_ok=True)
+        tmp = target / f".part-{part:05d}.jsonl.tmp"
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        tmp.rename(target / f"part-{part:05d}.jsonl")  # a reader sees whole files only
+
+    registered = [d for d in range(devices) if d % 10 != 9]
+    write(
+        "device",
+        0,
+        [{"device_id": d, "site": f"site{d % sites}", "since": start.isoformat()} for d in registered],
+    )
+    gaps = np.full(readings, 1.0 / rate)
+    if burst_at >= 0:
+        t0 = np.cumsum(gaps)
+        gaps[(t0 >= burst_at) & (t0 < burst_at + burst_s)] /= burst_factor
+    t = np.cumsum(gaps)
+    device = rng.integers(0, devices, readings)
+    temp = np.round(rng.normal(20.0, 5.0, readings), 2)
+    per_file = -(-readings // files)
+    for f in range(files):
+        lo, hi = f * per_file, min(readings, (f + 1) * per_file)
+        rows = [
+            {
+                "device": int(device[i]),
+                "at": (start + timedelta(seconds=float(t[i]))).isoformat(),
+                "temp": float(temp[i]),
+            }
+            for i in range(lo, hi)
+        ]
+        write("reading", f, rows)
+
+
+if __name__ == "__main__":
+    import argparse
+
+    ap = argparse.ArgumentParser(
+        description="Write devices and readings for examples/site_temperatures.py:job."
+    )
+    ap.add_argument("--output", required=True, help="input directory to write (DIR/device, DIR/reading)")
+    ap.add_argument("--readings", type=int, default=100_000)
+    ap.add_argument("--rate", type=float, default=1_000.0, help="readings per second of event time")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--files", type=int, default=8)
+    ap.add_argument("--burst-at", type=float, default=-1.0, help="second the burst starts (default: none)")
+    ap.add_argument("--burst-factor", type=float, default=2.0)
+    a = ap.parse_args()
+    write_readings(
+        a.output,
+        a.readings,
+        rate=a.rate,
+        seed=a.seed,
+        files=a.files,
+        burst_at=a.burst_at,
+        burst_factor=a.burst_factor,
+    )
+    print(f"wrote {a.readings:,} readings under {a.output}/reading and the devices under {a.output}/device")
