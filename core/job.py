@@ -20,7 +20,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 import traceback
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from core.errors import ConfigError, PlanError
@@ -30,7 +30,7 @@ from core.nexmark.params import QueryParams
 from core.plan import LogicalPlan, WindowSpec
 from core.query import QueryBuilder, Stream, agg
 
-__all__ = ["Job", "WindowSpec", "agg", "col", "lit", "load"]
+__all__ = ["Job", "WindowSpec", "agg", "col", "lit", "load", "write_source_file"]
 
 FORMATS = ("jsonl",)  # the files a source reads
 
@@ -83,6 +83,29 @@ def _dtype(column: str, t: DType | str) -> DType:
     if isinstance(t, str) and t in readable:
         return DType(t)
     raise PlanError(f"column {column!r} has unknown type {t!r}", hint=f"known: {', '.join(readable)}")
+
+
+def write_source_file(
+    input_dir: str | Path, source: str, part: int, rows: Iterable[Mapping[str, object]]
+) -> Path:
+    """Write `rows` as INPUT_DIR/SOURCE/part-NNNNN.jsonl, whole: under a hidden name first, then renamed,
+    so a run reading the directory never sees half a file; a datetime is written in ISO-8601. For a
+    job's own data generators."""
+    import json
+    from datetime import datetime
+
+    def plain(value: object) -> object:
+        if isinstance(value, datetime):
+            return value.isoformat()
+        raise TypeError(f"no JSON form for {value!r}")
+
+    target = Path(input_dir) / source
+    target.mkdir(parents=True, exist_ok=True)
+    final = target / f"part-{part:05d}.jsonl"
+    tmp = target / f".{final.name}.tmp"
+    tmp.write_text("".join(json.dumps(r, default=plain) + "\n" for r in rows))
+    tmp.rename(final)
+    return final
 
 
 # ---- finding a job --------------------------------------------------------------------------------

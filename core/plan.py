@@ -244,22 +244,20 @@ class Sink(Operator):
         return False
 
 
-OPERATOR_KINDS = tuple(
-    c.KIND
-    for c in (
-        Source,
-        Map,
-        Filter,
-        FlatMap,
-        KeyBy,
-        WindowAggregate,
-        WindowJoin,
-        WinnerAtClose,
-        LatestAggregate,
-        TopK,
-        Sink,
-    )
+OPERATORS: tuple[type[Operator], ...] = (
+    Source,
+    Map,
+    Filter,
+    FlatMap,
+    KeyBy,
+    WindowAggregate,
+    WindowJoin,
+    WinnerAtClose,
+    LatestAggregate,
+    TopK,
+    Sink,
 )
+OPERATOR_KINDS = tuple(c.KIND for c in OPERATORS)  # type: ignore[attr-defined]
 
 
 # ---- the DAG -----------------------------------------------------------------------------------

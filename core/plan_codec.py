@@ -40,19 +40,15 @@ from core.expr import (
     lit,
 )
 from core.plan import (
+    OPERATORS,
     Comm,
     Edge,
     Filter,
-    FlatMap,
-    KeyBy,
     LatestAggregate,
     LogicalPlan,
     Map,
     Node,
     Operator,
-    Sink,
-    Source,
-    TopK,
     WindowAggregate,
     WindowJoin,
     WinnerAtClose,
@@ -60,22 +56,7 @@ from core.plan import (
 
 FORMAT = 1
 MAX_DEPTH = 64  # an expression nested deeper is refused, not recursed into
-_OPERATORS: dict[str, type[Operator]] = {
-    c.KIND: c  # type: ignore[attr-defined]
-    for c in (
-        Source,
-        Map,
-        Filter,
-        FlatMap,
-        KeyBy,
-        WindowAggregate,
-        WindowJoin,
-        WinnerAtClose,
-        LatestAggregate,
-        TopK,
-        Sink,
-    )
-}
+_OPERATORS: dict[str, type[Operator]] = {c.KIND: c for c in OPERATORS}  # type: ignore[attr-defined]
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
 

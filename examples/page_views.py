@@ -10,7 +10,7 @@ The input is DIR/view/part-NNNNN.jsonl, one view per line:
 `--burst-at S --burst-factor F` makes F times as many views per second from second S on, for 30 s.
 """
 
-from core.job import Job, WindowSpec, agg, col
+from core.job import Job, WindowSpec, agg, col, write_source_file
 
 job = Job("page_views")
 views = job.source(
@@ -40,9 +40,7 @@ def write_views(
 ) -> int:
     """Write `records` views as JSONL files under OUTPUT/view/: a Zipf-like choice of 50 pages, `rate`
     views per second (times `burst_factor` inside the burst). Returns the files written."""
-    import json
     from datetime import UTC, datetime, timedelta
-    from pathlib import Path
 
     import numpy as np
 
@@ -57,25 +55,18 @@ def write_views(
     users = rng.integers(0, 10_000, records)
     dwell = rng.integers(-200, 60_000, records)
     start = datetime(2026, 11, 26, tzinfo=UTC)
-    target = Path(output) / "view"
-    target.mkdir(parents=True, exist_ok=True)
     per_file = -(-records // files)
     for f in range(files):
-        lo, hi = f * per_file, min(records, (f + 1) * per_file)
-        lines = (
-            json.dumps(
-                {
-                    "user": int(users[i]),
-                    "page": f"/p{pages[i]}",
-                    "at": (start + timedelta(seconds=float(t[i]))).isoformat(),
-                    "ms": int(dwell[i]),
-                }
-            )
-            for i in range(lo, hi)
+        rows = (
+            {
+                "user": int(users[i]),
+                "page": f"/p{pages[i]}",
+                "at": start + timedelta(seconds=float(t[i])),
+                "ms": int(dwell[i]),
+            }
+            for i in range(f * per_file, min(records, (f + 1) * per_file))
         )
-        tmp = target / f".part-{f:05d}.jsonl.tmp"
-        tmp.write_text("".join(line + "\n" for line in lines))
-        tmp.rename(target / f"part-{f:05d}.jsonl")  # a reader sees whole files only
+        write_source_file(output, "view", f, rows)
     return files
 
 

@@ -11,7 +11,7 @@ DIR/reading/*.jsonl, {"device": 7, "at": "2026-...", "temp": 21.4}. `--burst-at 
 makes F times as many readings per second from second S on, for 30 s.
 """
 
-from core.job import Job, WindowSpec, agg, col
+from core.job import Job, WindowSpec, agg, col, write_source_file
 
 job = Job("site_temperatures")
 readings = job.source("reading", {"device": "int64", "at": "timestamp", "temp": "float64"}, event_time="at")
@@ -42,27 +42,18 @@ def write_readings(
 ) -> None:
     """Write the devices (registered at the start, one in ten never) and `readings` readings at `rate`
     per second (times `burst_factor` inside the burst) under OUTPUT/device/ and OUTPUT/reading/."""
-    import json
     from datetime import UTC, datetime, timedelta
-    from pathlib import Path
 
     import numpy as np
 
     rng = np.random.default_rng(seed)
     start = datetime(2026, 11, 26, tzinfo=UTC)
-
-    def write(source: str, part: int, rows: list[dict[str, object]]) -> None:
-        target = Path(output) / source
-        target.mkdir(parents=True, exist_ok=True)
-        tmp = target / f".part-{part:05d}.jsonl.tmp"
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
-        tmp.rename(target / f"part-{part:05d}.jsonl")  # a reader sees whole files only
-
     registered = [d for d in range(devices) if d % 10 != 9]
-    write(
+    write_source_file(
+        output,
         "device",
         0,
-        [{"device_id": d, "site": f"site{d % sites}", "since": start.isoformat()} for d in registered],
+        ({"device_id": d, "site": f"site{d % sites}", "since": start} for d in registered),
     )
     gaps = np.full(readings, 1.0 / rate)
     if burst_at >= 0:
@@ -74,15 +65,11 @@ def write_readings(
     per_file = -(-readings // files)
     for f in range(files):
         lo, hi = f * per_file, min(readings, (f + 1) * per_file)
-        rows = [
-            {
-                "device": int(device[i]),
-                "at": (start + timedelta(seconds=float(t[i]))).isoformat(),
-                "temp": float(temp[i]),
-            }
+        rows = (
+            {"device": int(device[i]), "at": start + timedelta(seconds=float(t[i])), "temp": float(temp[i])}
             for i in range(lo, hi)
-        ]
-        write("reading", f, rows)
+        )
+        write_source_file(output, "reading", f, rows)
 
 
 if __name__ == "__main__":
