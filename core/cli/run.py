@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -55,6 +59,15 @@ def run(
     batch_files: Annotated[
         int, typer.Option(min=1, help="With --input: the most files of each source per micro-batch (epoch).")
     ] = 64,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            "--follow",
+            help="With --input: keep reading the files that arrive, until Ctrl-C or SIGTERM, which stop the "
+            "run once the epoch in flight has committed; `--resume` continues it (without --follow it reads "
+            "the files there are and closes the last windows).",
+        ),
+    ] = False,
     master: Annotated[
         str, typer.Option(help="Spark master URL for the VM side; local[N,F] runs a failed task F times.")
     ] = "local[2,4]",
@@ -134,6 +147,7 @@ def run(
         pace=rate is not None,
         max_events_per_batch=batch_events,
         max_files_per_batch=batch_files,
+        follow=follow,
         spark=SparkConfig(master=master, memory=memory, jvm_log=output / "_logs" / "jvm.log"),
         input=input_dir,
         offload=offload_config(
@@ -156,14 +170,41 @@ def run(
     )
     load(query, config.params)  # a wrong job fails here, on its line, before Spark starts
     what = f"the events of {input_dir}" if input_dir is not None else f"{events:,} events"
-    with err.status(f"streaming {what} through {query} ({memory.describe()}) ...") as status:
+    stop = threading.Event()
+    with (
+        stopping_on_signals(stop),
+        err.status(f"streaming {what} through {query} ({memory.describe()}) ...") as status,
+    ):
         summary = run_query(
             config,
             progress=lambda p: status.update(
                 f"{query}: epoch {p['batchId']}, {p['numInputRows']:,} records in the last epoch"
+                + (" (stopping once it commits)" if stop.is_set() else "")
             ),
+            stop=stop,
         )
     out.print(json.dumps(summary, indent=2))
+
+
+@contextmanager
+def stopping_on_signals(stop: threading.Event) -> Iterator[None]:
+    """Ctrl-C or SIGTERM sets `stop`: the run ends once its epoch in flight commits. A second one stops
+    at once, as the signal would by itself (the checkpoint still lets `--resume` continue)."""
+
+    def handle(signum: int, _frame: object) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+        err.print(
+            f"{signal.Signals(signum).name}: stopping once the epoch in flight commits (again: at once)"
+        )
+
+    previous = {s: signal.signal(s, handle) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
 
 
 def register(app: typer.Typer) -> None:

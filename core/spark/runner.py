@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -53,6 +54,7 @@ class RunConfig:
     timeout_s: float = 1800.0
     input: Path | None = None  # read input/<entity>/*.jsonl instead of generating events
     max_files_per_batch: int = 64  # with `input`: the most files of a source one micro-batch reads
+    follow: bool = False  # with `input`: keep reading files as they arrive, until stopped
     offload: OffloadConfig | None = None  # route records to Lambda workers (None: no routers at all)
     existing: Existing = Existing.REFUSE  # what to do with a sponge run already in `output`
 
@@ -73,6 +75,8 @@ class RunConfig:
                 "offloading needs the generated source and the rewritten plan",
                 hint="drop --input (or plain) when passing --offload-share",
             )
+        if self.follow and self.input is None:
+            raise ConfigError("--follow reads the files of --input as they arrive", hint="pass --input DIR")
         if is_file_ref(self.query) and self.input is None:
             raise ConfigError(
                 f"{self.query} reads its sources from files, and no --input was given",
@@ -88,11 +92,12 @@ class RunConfig:
 
     def identity(self) -> dict[str, Any]:
         """What fixes the run's results: a resumed run must be the same job (core/run_output.py)."""
+        generated = self.input is None  # the generator's settings mean nothing to a run of files
         return {
             "query": self.query,
-            "events": self.generator.events,
-            "seed": self.generator.seed,
-            "schedule": self.generator.schedule.text(),
+            "events": self.generator.events if generated else None,
+            "seed": self.generator.seed if generated else None,
+            "schedule": self.generator.schedule.text() if generated else None,
             "window_size_s": self.params.window_size_s,
             "window_slide_s": self.params.window_slide_s,
             "input": str(self.input.resolve()) if self.input is not None else None,
@@ -126,9 +131,13 @@ class RunHooks(Protocol):
 
 
 def run_query(
-    config: RunConfig, progress: Callable[[dict], None] | None = None, hooks: RunHooks | None = None
+    config: RunConfig,
+    progress: Callable[[dict], None] | None = None,
+    hooks: RunHooks | None = None,
+    stop: threading.Event | None = None,
 ) -> dict:
-    """Stream the query to completion, write Parquet results and summary.json; return the summary.
+    """Stream the query to completion (or, once `stop` is set, to the end of the epoch in flight), write
+    Parquet results and summary.json; return the summary.
 
     The output is claimed first (core/run_output.py): a new or empty directory, or, with
     `existing=Existing.RESUME`, the same run's, continued from its checkpoint. A JVM that dies under
@@ -137,7 +146,7 @@ def run_query(
     resumed = claim(config.output, config.identity(), config.existing)
     watch = JvmWatch(config.spark.memory)
     with watch.reporting():
-        return _run_query(config, watch, resumed, progress, hooks)
+        return _run_query(config, watch, resumed, progress, hooks, stop)
 
 
 def _run_query(
@@ -146,6 +155,7 @@ def _run_query(
     resumed: bool,
     progress: Callable[[dict], None] | None = None,
     hooks: RunHooks | None = None,
+    stop: threading.Event | None = None,
 ) -> dict:
     from core.spark.file_source import register as register_file_source
     from core.spark.file_source import require_entity_dirs
@@ -194,7 +204,7 @@ def _run_query(
             f"sponge_{job.name}_{int(started)}",
             n_sources,
             config.generator.events,
-            timeout_s=config.timeout_s,
+            timeout_s=float("inf") if config.follow else config.timeout_s,
             started=started,
             progress=progress,
             restarts=restarts,
@@ -202,6 +212,8 @@ def _run_query(
             kills=kills,
             memory=config.spark.memory,
             watch=watch,
+            stop=stop,
+            endless=config.follow,
         )
     finally:
         if hooks is not None:
@@ -209,8 +221,10 @@ def _run_query(
         offload_summary = session.stop() if session is not None else {}
     epochs = len(epochs_progress)
     wall_s = time.time() - started
+    stopped = stop is not None and stop.is_set()
     if config.input is not None:
-        records_in = sum(p["numInputRows"] for p in epochs_progress) - n_sources  # minus the punctuations
+        punctuations = 0 if stopped or config.follow else n_sources
+        records_in = sum(p["numInputRows"] for p in epochs_progress) - punctuations
     else:  # routed streams also carry heartbeats and workers' results: count the records themselves
         entities = [n.op.entity for n in logical.nodes if isinstance(n.op, Source)]
         records_in = sum(len(event_ids(e, 0, config.generator.events)) for e in entities)
@@ -232,6 +246,7 @@ def _run_query(
         "rewrite_ms": round(rewritten.rewrite_ms, 3),
         "plan": "plain" if config.plain else "rewritten",
         "resumed": resumed,
+        "stopped": stopped,  # by a signal, after its epoch in flight: `--resume` continues it
         "memory": memory_in_force(config.spark),
         **offload_summary,
     }
@@ -290,9 +305,15 @@ def stream_to_end(
     kills: Triggers | None = None,
     memory: MemoryConfig,
     watch: JvmWatch | None = None,
+    stop: threading.Event | None = None,
+    endless: bool = False,
 ) -> list[dict]:
     """Stream `df` into Parquet under `out` until every source has delivered its punctuation and
     the closing no-data epoch has run; return the progress of every epoch that read data.
+
+    Once `stop` is set the query stops as soon as no epoch is in flight (so the last one commits, and a
+    resumed run starts at the next), without waiting for the end of the stream; an `endless` stream
+    (files followed as they arrive) ends only so.
 
     When one of `restarts` is due, the query is stopped and resumed from its checkpoint, as after a
     driver restart; when one of `kills` is due, this process SIGKILLs itself, as a crashed driver
@@ -354,7 +375,8 @@ def stream_to_end(
 
     def finished() -> bool:
         return (
-            latest is not None
+            not endless
+            and latest is not None
             and len(latest["sources"]) == n_sources
             and all(at_end(s) for s in latest["sources"])
         )
@@ -365,6 +387,9 @@ def stream_to_end(
     query = start()
     try:
         while True:
+            if stop is not None and stop.is_set():
+                _let_the_epoch_commit(query, collect)
+                return list(seen.values())
             if due(kills):  # no clean-up of any kind: the checkpoint is all a resumed run gets
                 os.kill(os.getpid(), signal.SIGKILL)
             if due(restarts):  # before the end check: an epoch trigger may fire on the last epoch
@@ -392,3 +417,16 @@ def stream_to_end(
             streams.removeListener(feed)  # first: the stop's event must not call into a leaving Python
             query.stop()
     return list(seen.values())
+
+
+EPOCH_COMMIT_WAIT_S = 120.0  # the longest a stop waits for the epoch in flight to commit
+
+
+def _let_the_epoch_commit(query: Any, collect: Callable[[float], None]) -> None:
+    """Wait until no trigger is active (the epoch in flight has committed), then return: the caller's
+    `finally` stops the query. Past EPOCH_COMMIT_WAIT_S the query is stopped mid-epoch, which is still
+    safe: Spark replays an uncommitted epoch from its checkpoint."""
+    deadline = time.time() + EPOCH_COMMIT_WAIT_S
+    while query.status.get("isTriggerActive") and time.time() < deadline:
+        collect(WAIT_S)
+    collect(0.0)

@@ -33,6 +33,8 @@ class StreamedRun(Protocol):
     @property
     def max_files_per_batch(self) -> int: ...
     @property
+    def follow(self) -> bool: ...
+    @property
     def output(self) -> Path: ...
 
 
@@ -54,7 +56,7 @@ def nexmark_sources(
                 spark.readStream.format("nexmark-files")
                 .option("path", str(config.input))
                 .option("dead_letter", str(config.output / DEAD_LETTER_DIR))
-                .option("bounded", "true")
+                .option("bounded", "false" if config.follow else "true")
                 .option("max_files_per_batch", str(config.max_files_per_batch))
             )
             reader = reader.option("schema", own.to_option()) if own else reader.option("entity", src.entity)

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
 from collections import defaultdict
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from types import ModuleType
@@ -16,10 +22,12 @@ import pytest
 from core.errors import ConfigError
 from core.nexmark.generator import GeneratorConfig
 from core.results import diff_results, read_results
+from core.run_output import Existing
 from core.spark.runner import RunConfig, run_query
 
 pytestmark = pytest.mark.spark
 
+SPONGE = [sys.executable, "-c", "from core.cli.main import main; main()"]
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 EXAMPLE = EXAMPLES / "page_views.py"
 SIZE_US, SLIDE_US = 10_000_000, 2_000_000
@@ -143,3 +151,65 @@ def test_a_job_file_needs_its_input(tmp_path: Path) -> None:
         RunConfig(
             query=f"{EXAMPLE}:job", generator=GeneratorConfig(seed=0, events=0), output=tmp_path / "out"
         )
+
+
+def _committed(out: Path) -> int:
+    commits = out / "_checkpoint" / "commits"
+    return len([p for p in commits.iterdir() if p.name.isdigit()]) if commits.is_dir() else 0
+
+
+def _wait_for(
+    what: str, check: Callable[[], bool], proc: subprocess.Popen[str], timeout_s: float = 180.0
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert proc.poll() is None, f"the run ended before {what}: {proc.communicate()[1][-2000:]}"
+        assert time.monotonic() < deadline, f"no {what} in {timeout_s:.0f} s"
+        time.sleep(0.5)
+
+
+def test_a_followed_run_reads_files_as_they_come_stops_on_sigterm_and_resumes_to_the_same_output(
+    spark, tmp_path: Path
+) -> None:
+    """Nothing lost or repeated: a run following its input, stopped by SIGTERM once its epoch commits,
+    then resumed to the end, equals the computation over every file."""
+    staged, inp, out = tmp_path / "staged", tmp_path / "in", tmp_path / "out"
+    _example().write_views(str(staged), 9_000, rate=500.0, files=9)
+    (inp / "view").mkdir(parents=True)
+    parts = sorted((staged / "view").glob("part-*.jsonl"))
+    for part in parts[:6]:
+        shutil.copy(part, inp / "view" / part.name)
+    cmd = [*SPONGE, "run", f"{EXAMPLE}:job", "--input", str(inp), "--output", str(out), "--follow"]
+    proc = subprocess.Popen(
+        [*cmd, "--batch-files", "2"], stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        _wait_for("three epochs of the first six files", lambda: _committed(out) >= 3, proc)
+        for part in parts[6:]:  # later arrivals, whole files (the writer renames them into place)
+            shutil.copy(part, inp / "view" / f".{part.name}.tmp")
+            (inp / "view" / f".{part.name}.tmp").rename(inp / "view" / part.name)
+        _wait_for("the epochs of the files that came later", lambda: _committed(out) >= 5, proc)
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, stderr[-2000:]
+    assert "stopping once the epoch in flight commits" in stderr
+    stopped = json.loads((out / "summary.json").read_text())
+    assert stopped["stopped"] is True and json.loads(stdout)["stopped"] is True
+    resumed = run_query(
+        RunConfig(
+            query=f"{EXAMPLE}:job",
+            generator=GeneratorConfig(seed=0, events=0),
+            output=out,
+            input=inp,
+            existing=Existing.RESUME,
+        )
+    )
+    assert resumed["resumed"] is True and resumed["stopped"] is False
+    expected = _expected(staged)
+    actual = read_results(out)
+    assert diff_results(actual.select(expected.column_names), expected) is None, diff_results(
+        actual, expected
+    )
