@@ -1,4 +1,4 @@
-"""Tests of bench/chaos.py: a schedule comes from its seed alone, and a hundred random fault schedules
+"""Tests of bench/chaos.py: a schedule comes from its seed alone, and forty random fault schedules
 on the real agent, workers and gRPC lose, duplicate and invent no record."""
 
 from __future__ import annotations
@@ -36,11 +36,13 @@ def test_bad_arguments_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_a_hundred_random_fault_schedules_lose_duplicate_and_invent_no_record() -> None:
-    argv = [sys.executable, "-m", "bench.chaos", "--schedules", "100", "--seed", "1000", "--json"]
+def test_forty_random_fault_schedules_lose_duplicate_and_invent_no_record() -> None:
+    # Forty from seed 1000 draw every fault kind and call for every recovery below (measured); the
+    # README's command draws a thousand. CI must stay under 30 minutes.
+    argv = [sys.executable, "-m", "bench.chaos", "--schedules", "40", "--seed", "1000", "--json"]
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=850)
     report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert report["schedules"] == 100
+    assert report["schedules"] == 40
     figures = {k: report[k] for k in ("failed", "lost", "duplicated", "unexpected")}
     assert figures == dict.fromkeys(figures, 0), report["failing"]
     assert done.returncode == 0, done.stderr[-2000:]
