@@ -89,7 +89,6 @@ class RunConfig:
         """The job the run streams (its file is read again each time: a resumed run reads it anew)."""
         return load(self.query, self.params)
 
-
     def identity(self) -> dict[str, Any]:
         """What fixes the run's results: a resumed run must be the same job (core/run_output.py)."""
         generated = self.input is None  # the generator's settings mean nothing to a run of files
