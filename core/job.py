@@ -32,8 +32,6 @@ from core.query import QueryBuilder, Stream, agg
 
 __all__ = ["Job", "WindowSpec", "agg", "col", "lit", "load", "write_source_file"]
 
-FORMATS = ("jsonl",)  # the files a source reads
-
 
 class Job:
     """A streaming job: `source` its inputs, build the pipeline on the streams it returns, end it in
@@ -47,9 +45,7 @@ class Job:
         self._builder = QueryBuilder(name)
         self._fixed: LogicalPlan | None = None  # a built-in job's plan, built by its own builder
 
-    def source(
-        self, name: str, columns: Mapping[str, DType | str], *, event_time: str, format: str = "jsonl"
-    ) -> Stream:
+    def source(self, name: str, columns: Mapping[str, DType | str], *, event_time: str) -> Stream:
         """A stream of the records of source `name`: `columns` maps each column to its type (int64,
         float64, string, bool, timestamp); `event_time` names the timestamp column it is ordered by."""
         if name in self.sources:
@@ -64,10 +60,6 @@ class Job:
             raise PlanError(
                 f"source {name!r}: event_time {event_time!r} is not one of its timestamp columns",
                 hint=f"its timestamp columns: {', '.join(timestamps) or 'none (add one)'}",
-            )
-        if format not in FORMATS:
-            raise PlanError(
-                f"source {name!r}: unknown format {format!r}", hint=f"known: {', '.join(FORMATS)}"
             )
         self.sources[name] = FileSchema(name, tuple((c, t.value) for c, t in typed.items()), event_time)
         return self._builder.source(name, typed)

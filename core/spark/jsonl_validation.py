@@ -74,7 +74,13 @@ class _Column:
 
 
 def _schema(schema: Schema) -> FileSchema:
-    return schema if isinstance(schema, FileSchema) else FileSchema.nexmark(schema)
+    return schema if isinstance(schema, FileSchema) else _nexmark(schema)
+
+
+@cache
+def _nexmark(entity: str) -> FileSchema:
+    """Built once per entity: a caller naming the entity asks again for every line."""
+    return FileSchema.nexmark(entity)
 
 
 @cache
