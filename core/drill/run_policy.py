@@ -243,6 +243,10 @@ class DrillHooks:
         if self.pool is not None:  # while the application still runs: where its tasks ran
             self.executors = self.pool.executors()
 
+    def summary(self) -> dict[str, Any]:
+        """Nothing for the run's summary: a drill reports its samples in its own result."""
+        return {}
+
     def vm_result(self) -> dict[str, Any]:
         """The VM side's record for the drill: each VM's stamps, the executors' tasks, the actions taken."""
         if self.pool is None:

@@ -17,9 +17,9 @@ complete once it has its `.jsonl` name. Blank lines are ignored; keys that are n
 Each line is validated on its own and a bad one goes to a dead-letter file with the reason, as
 core/spark/jsonl_validation.py says (the contract, the dead-letter layout, why replays are safe).
 
-Offsets are `{"files": k}`: the first k files, sorted by name, have been consumed. Bounded mode
-(default) fixes the file list when the stream reader starts; position `len(files)` (one past the last
-file) is the END-OF-STREAM punctuation, a partition of its own that yields the same row as the
+Offsets are `{"files": k, "source": name}`: the first k files, sorted by name, have been consumed.
+Bounded mode (default) fixes the file list when the stream reader starts; position `len(files)` (one
+past the last file) is the END-OF-STREAM punctuation, a partition of its own that yields the same row as the
 "nexmark" source (the event time at END_OF_STREAM_TIME_US, other columns null) so the watermark closes
 every window and the run ends. Unbounded mode keeps listing the directory and never punctuates. New
 files must sort after the ones already consumed (e.g. part-00007 after part-00006) and consumed files
@@ -216,7 +216,12 @@ class FileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return len(self.files) + (1 if self.options.bounded else 0)
 
     def initialOffset(self) -> dict:
-        return {"files": 0}
+        return self._offset(0)
+
+    def _offset(self, files: int) -> dict:
+        """`{"files": k, "source": name}`: the name lets a reader of the progress (the live policy's
+        backlog) tell the sources apart; reading an offset needs only "files"."""
+        return {"files": files, "source": self.options.entity}
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         """End of the next micro-batch: at most max_files_per_batch files past `start`.
@@ -230,10 +235,10 @@ class FileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end = min(end, self._target)
         if isinstance(limit, ReadMaxFiles):
             end = min(end, first + max(limit.max_files, 1))
-        return {"files": max(end, first)}
+        return self._offset(max(end, first))
 
     def reportLatestOffset(self) -> dict:
-        return {"files": self.available()}
+        return self._offset(self.available())
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self.available()

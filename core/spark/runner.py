@@ -128,6 +128,9 @@ class RunHooks(Protocol):
     def stopped(self) -> None:
         """The query has ended (or failed); stop touching the session."""
 
+    def summary(self) -> dict[str, Any]:
+        """What the caller adds to the run's summary under "policy" ({} for nothing)."""
+
 
 def run_query(
     config: RunConfig,
@@ -249,6 +252,8 @@ def _run_query(
         "memory": memory_in_force(config.spark),
         **offload_summary,
     }
+    if hooks is not None and (extra := hooks.summary()):
+        summary["policy"] = extra
     if config.input is not None:
         summary["input"] = str(config.input)
         summary["dead_letter"] = dead_letter_summary(out / DEAD_LETTER_DIR)

@@ -315,20 +315,20 @@ def test_bounded_offsets_end_with_the_punctuation_position(tmp_path: Path) -> No
     reader = FileStreamReader(
         FileSourceOptions.parse({"path": str(tmp_path), "entity": "bid", "max_files_per_batch": "2"})
     )
-    assert reader.initialOffset() == {"files": 0}
+    assert reader.initialOffset() == {"files": 0, "source": "bid"}
     offsets, start = [], reader.initialOffset()
     for _ in range(4):
         start = reader.latestOffset(start, ReadAllAvailable())
         offsets.append(start["files"])
     assert offsets == [2, 4, 4, 4]
-    assert reader.reportLatestOffset() == {"files": 4} and bounded_end_offset(tmp_path, "bid") == 4
-    assert reader.latestOffset({"files": 0}, ReadMaxFiles(1)) == {"files": 1}
+    assert reader.reportLatestOffset() == {"files": 4, "source": "bid"} and bounded_end_offset(tmp_path, "bid") == 4
+    assert reader.latestOffset({"files": 0}, ReadMaxFiles(1)) == {"files": 1, "source": "bid"}
     assert _names(reader.partitions({"files": 0}, {"files": 2})) == ["p0.jsonl", "p1.jsonl"]
     assert _names(reader.partitions({"files": 2}, {"files": 4})) == ["p2.jsonl", "EOS"]
     assert reader.partitions({"files": 4}, {"files": 4}) == []
     # Files arriving later are not part of a bounded stream.
     _files(tmp_path / "bid", "p3.jsonl")
-    assert reader.latestOffset({"files": 4}, ReadAllAvailable()) == {"files": 4}
+    assert reader.latestOffset({"files": 4}, ReadAllAvailable()) == {"files": 4, "source": "bid"}
     # A checkpoint further than the directory reaches cannot be mapped back onto files.
     with pytest.raises(InputError, match="the checkpoint says 6 bid files"):
         reader.partitions({"files": 4}, {"files": 6})
@@ -337,16 +337,16 @@ def test_bounded_offsets_end_with_the_punctuation_position(tmp_path: Path) -> No
 def test_unbounded_offsets_follow_new_files_and_never_punctuate(tmp_path: Path) -> None:
     opts = FileSourceOptions.parse({"path": str(tmp_path), "entity": "bid", "bounded": "false"})
     reader = FileStreamReader(opts)  # the directory may appear later
-    assert reader.latestOffset({"files": 0}, ReadAllAvailable()) == {"files": 0}
+    assert reader.latestOffset({"files": 0}, ReadAllAvailable()) == {"files": 0, "source": "bid"}
     _files(tmp_path / "bid", "p1.jsonl", "p2.jsonl")
-    assert reader.latestOffset({"files": 0}, ReadAllAvailable()) == {"files": 2}
+    assert reader.latestOffset({"files": 0}, ReadAllAvailable()) == {"files": 2, "source": "bid"}
     _files(tmp_path / "bid", "p0.jsonl", "p3.jsonl")  # p0 sorts first but arrived late: read after
-    assert reader.latestOffset({"files": 2}, ReadAllAvailable()) == {"files": 4}
+    assert reader.latestOffset({"files": 2}, ReadAllAvailable()) == {"files": 4, "source": "bid"}
     names = _names(reader.partitions({"files": 0}, {"files": 4}))
     assert names == ["p1.jsonl", "p2.jsonl", "p0.jsonl", "p3.jsonl"]
     reader.prepareForTriggerAvailableNow()
     _files(tmp_path / "bid", "p4.jsonl")
-    assert reader.latestOffset({"files": 4}, ReadAllAvailable()) == {"files": 4}
+    assert reader.latestOffset({"files": 4}, ReadAllAvailable()) == {"files": 4, "source": "bid"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -566,9 +566,9 @@ def _results(out: Path) -> dict[float, int]:
 
 
 def _batch_reaching(chk: Path, files: int) -> int:
-    """The id of the micro-batch whose end offset is {"files": files}, from the checkpoint's offset log."""
+    """The id of the micro-batch whose end offset reaches `files` files, from the checkpoint's offset log."""
     for path in (chk / "offsets").iterdir():
-        if path.name.isdigit() and json.loads(path.read_text().splitlines()[-1]) == {"files": files}:
+        if path.name.isdigit() and json.loads(path.read_text().splitlines()[-1])["files"] == files:
             return int(path.name)
     raise AssertionError(f"no batch ends at {files} files")
 
