@@ -28,11 +28,24 @@ T = TypeVar("T")
 
 
 class DecisionLog:
-    def __init__(self, path: Path, config: PolicyConfig, vm_rule: PersistentBurstRule | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        config: PolicyConfig,
+        vm_rule: PersistentBurstRule | None = None,
+        *,
+        append: bool = False,
+        started: str | None = None,
+    ) -> None:
+        """A new log at `path`; with `append`, a new segment after the lines already there (a resumed
+        live run keeps its earlier decisions). Each segment opens with its own header line, holding
+        `started` (when the segment's run began) when given; `replay` starts a fresh policy there."""
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._file: IO[str] = open(path, "w")  # noqa: SIM115 (closed by close())
+        self._file: IO[str] = open(path, "a" if append else "w")  # noqa: SIM115 (closed by close())
         header: dict[str, Any] = {"config": asdict(config)}
+        if started is not None:
+            header["started"] = started
         if vm_rule is not None:
             header["vm_rule"] = vm_rule.settings()
         self._write(header)
@@ -53,8 +66,11 @@ class DecisionLog:
         """One line; with `vms_usable` given, also the VM rule's inputs (pool counts) and its request."""
         entry: dict[str, Any] = {"observation": asdict(obs), "decision": asdict(decision)}
         if vms_usable is not None:
-            entry["vm"] = {"usable": vms_usable, "pending": vms_pending,
-                           "request": vm_request.to_json() if vm_request is not None else None}
+            entry["vm"] = {
+                "usable": vms_usable,
+                "pending": vms_pending,
+                "request": vm_request.to_json() if vm_request is not None else None,
+            }
         self._write(entry)
 
     def close(self) -> None:
@@ -85,9 +101,10 @@ def _lines(path: Path) -> list[tuple[int, dict[str, Any]]]:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise InputError(f"no decision log at {path}",
-                         hint="a drill writes one per policy, as <report>/<policy>/output-decisions.jsonl"
-                         ) from None
+        raise InputError(
+            f"no decision log at {path}",
+            hint="a drill writes one per policy, as <report>/<policy>/output-decisions.jsonl",
+        ) from None
     except (OSError, UnicodeDecodeError) as e:
         raise InputError(f"cannot read the decision log {path}: {e}", hint=_REWRITE_HINT) from None
     entries: list[tuple[int, dict[str, Any]]] = []
@@ -99,12 +116,14 @@ def _lines(path: Path) -> list[tuple[int, dict[str, Any]]]:
         except ValueError as e:
             raise InputError(f"{path} line {number} is not JSON ({e})", hint=_REWRITE_HINT) from None
         if not isinstance(entry, dict):
-            raise InputError(f"{path} line {number} is a JSON {type(entry).__name__}, not an object",
-                             hint=_REWRITE_HINT)
+            raise InputError(
+                f"{path} line {number} is a JSON {type(entry).__name__}, not an object", hint=_REWRITE_HINT
+            )
         entries.append((number, entry))
     if not entries or not isinstance(entries[0][1].get("config"), dict):
-        raise InputError(f"{path} is not a decision log (its first line must hold the policy config)",
-                         hint=_REWRITE_HINT)
+        raise InputError(
+            f"{path} is not a decision log (its first line must hold the policy config)", hint=_REWRITE_HINT
+        )
     return entries
 
 
@@ -116,19 +135,36 @@ def _build(path: Path, number: int, make: Callable[[], T]) -> T:
         raise InputError(f"{path} line {number} lacks {e}", hint=_REWRITE_HINT) from None
     except (TypeError, ValueError, SpongeError) as e:
         detail = e.one_line() if isinstance(e, SpongeError) else str(e)
-        raise InputError(f"{path} line {number} is not a decision log entry ({detail})",
-                         hint=_REWRITE_HINT) from None
+        raise InputError(
+            f"{path} line {number} is not a decision log entry ({detail})", hint=_REWRITE_HINT
+        ) from None
 
 
 def _step(e: dict[str, Any]) -> tuple[Observation, Decision]:
     return Observation(**e["observation"]), Decision(**e["decision"])
 
 
+def _is_header(entry: dict[str, Any]) -> bool:
+    """A segment's first line: the policy config, no observation (a resumed run appends a new segment)."""
+    return "config" in entry and "observation" not in entry
+
+
+def segments(path: Path) -> list[tuple[PolicyConfig, list[tuple[Observation, Decision]]]]:
+    """Each run segment of the log: its policy config and its (observation, decision) lines."""
+    result: list[tuple[PolicyConfig, list[tuple[Observation, Decision]]]] = []
+    for n, e in _lines(path):
+        if _is_header(e):
+            result.append((_build(path, n, lambda e=e: PolicyConfig(**e["config"])), []))
+        else:
+            result[-1][1].append(_build(path, n, lambda e=e: _step(e)))
+    return result
+
+
 def read(path: Path) -> tuple[PolicyConfig, list[tuple[Observation, Decision]]]:
-    """The logged policy config and every (observation, decision) after it; InputError on any flaw."""
-    (first_number, first), *rest = _lines(path)
-    config = _build(path, first_number, lambda: PolicyConfig(**first["config"]))
-    return config, [_build(path, n, lambda e=e: _step(e)) for n, e in rest]
+    """The logged policy config and every (observation, decision) after it; InputError on any flaw.
+    A log of several segments gives its first config and the steps of them all (`segments` splits them)."""
+    parts = segments(path)
+    return parts[0][0], [step for _, steps in parts for step in steps]
 
 
 def _vm_step(e: dict[str, Any]) -> VmStep | None:
@@ -143,18 +179,22 @@ def read_vms(path: Path) -> tuple[PersistentBurstRule, list[VmStep]]:
     """A fresh rule built from the log's settings, and every line that logged the rule's inputs."""
     (first_number, first), *rest = _lines(path)
     if "vm_rule" not in first:
-        raise InputError(f"{path} holds no persistent-burst rule settings (the rule was not logged)",
-                         hint="read the log of a policy that ran the VM rule (vmbase, vminit)")
+        raise InputError(
+            f"{path} holds no persistent-burst rule settings (the rule was not logged)",
+            hint="read the log of a policy that ran the VM rule (vmbase, vminit)",
+        )
     rule = _build(path, first_number, lambda: PersistentBurstRule.from_settings(first["vm_rule"]))
-    steps = [_build(path, n, lambda e=e: _vm_step(e)) for n, e in rest]
+    steps = [_build(path, n, lambda e=e: _vm_step(e)) for n, e in rest if not _is_header(e)]
     return rule, [s for s in steps if s is not None]
 
 
 def replay(path: Path) -> list[tuple[Decision, Decision]]:
     """Each logged decision next to the one a fresh policy takes on the same observations."""
-    config, entries = read(path)
-    policy = SpongePolicy(config)
-    return [(logged, policy.decide(obs)) for obs, logged in entries]
+    pairs: list[tuple[Decision, Decision]] = []
+    for config, entries in segments(path):
+        policy = SpongePolicy(config)  # each run segment started a fresh policy
+        pairs += [(logged, policy.decide(obs)) for obs, logged in entries]
+    return pairs
 
 
 def replay_vms(path: Path) -> list[tuple[VmRequest | None, VmRequest | None]]:

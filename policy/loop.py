@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -24,6 +25,8 @@ from policy.offload_policy import Decision, SpongePolicy
 # Called with each second's observation and decision; returns what the decision log records with that
 # decision (DecisionLog.record's VM keywords: vms_usable, vms_pending, vm_request) or None.
 VmAction = Callable[[Observation, Decision | None], Mapping[str, Any] | None]
+# Called with each second's sample (observation, decision or None, gauges) once it is taken.
+OnSample = Callable[[Observation, Decision | None, dict[str, float]], None]
 
 
 class PolicyLoop:
@@ -38,6 +41,8 @@ class PolicyLoop:
         recent_s: float = 0.25,
         gauges: Callable[[], dict[str, float]] = dict,
         vm_action: VmAction | None = None,
+        keep_samples: int | None = None,
+        on_sample: OnSample | None = None,
     ) -> None:
         self.monitor = monitor
         self.policy = policy
@@ -47,7 +52,12 @@ class PolicyLoop:
         self.recent_s = min(recent_s, interval_s)  # the window of the observation's recent input rate
         self.gauges = gauges  # recorded with each sample (e.g. the agent's connected workers)
         self.vm_action = vm_action  # asks for or gives back VMs (None: the VMs are fixed)
-        self.samples: list[tuple[Observation, Decision | None, dict[str, float]]] = []
+        # Every sample for a drill (its report reads them all); a live run that may last for days keeps
+        # the last `keep_samples` only and reads each one as it is taken (`on_sample`).
+        self.samples: list[tuple[Observation, Decision | None, dict[str, float]]] | deque = (
+            [] if keep_samples is None else deque(maxlen=keep_samples)
+        )
+        self.on_sample = on_sample
         self.errors: list[str] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="policy-loop", daemon=True)
@@ -84,7 +94,13 @@ class PolicyLoop:
                 if (decision.share, decision.workers) != last:
                     self.apply(decision)
                     last = (decision.share, decision.workers)
-            self.samples.append((obs, decision, self.gauges()))
+            gauges = self.gauges()
+            self.samples.append((obs, decision, gauges))
+            if self.on_sample is not None:
+                try:
+                    self.on_sample(obs, decision, gauges)
+                except Exception as e:  # a reader's failure must not stop the policy
+                    self.errors.append(f"t={obs.t:.1f}s on_sample: {type(e).__name__}: {e}")
             next_t += self.interval_s
             if self._stop.wait(max(0.0, next_t - self.recent_s - time.time())):
                 break

@@ -18,9 +18,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -98,8 +96,10 @@ class PolicyRun:
                 hint="set standalone (local[N] is one executor that cannot grow)",
             )
         if self.persistent and not (self.controlled and self.offload):
-            raise ConfigError("the persistent-burst rule hands Sponge's offloaded load to VMs",
-                              hint="run it with the sponge policy (controlled, offload)")
+            raise ConfigError(
+                "the persistent-burst rule hands Sponge's offloaded load to VMs",
+                hint="run it with the sponge policy (controlled, offload)",
+            )
 
 
 class DrillHooks:
@@ -119,40 +119,24 @@ class DrillHooks:
         self.published: list[dict[str, Any]] = []
 
     def on_progress(self, p: dict) -> None:
-        offsets = [
-            (
-                (json.loads(s["startOffset"] or "null") or {}).get("event", 0),
-                (json.loads(s["endOffset"] or "null") or {}).get("event"),
-            )
-            for s in p["sources"]
-            if s.get("endOffset")
-        ]
-        offsets = [(a, b) for a, b in offsets if b is not None]
-        if not offsets:
+        from core.spark.live_policy import generated_epoch
+
+        epoch = generated_epoch(p)
+        if epoch is None:
             return
-        started = datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp()
-        commit = started + p["durationMs"].get("triggerExecution", 0) / 1000.0
-        epoch = Epoch(started, commit, min(a for a, _ in offsets), min(b for _, b in offsets))
         self.epochs.append(epoch)
         self.covered = max(self.covered, epoch.covered)
 
     def started(self, spark: Any, session: Any, origin: float) -> None:
+        from core.spark.live_policy import spark_monitor
         from policy.decision_log import DecisionLog
         from policy.loop import PolicyLoop
-        from policy.monitor import Monitor, ProcessTreeCpu
         from policy.offload_policy import PolicyConfig, SpongePolicy
 
         self.session, self.origin = session, origin
-        jvm = spark.sparkContext._gateway.proc.pid
         released_cap = self.run.events + 1
-        cpu: Any = ProcessTreeCpu(lambda: [jvm])
-        vm_cores: Callable[[], int] = lambda: len(os.sched_getaffinity(jvm))  # noqa: E731
-        if self.pool is not None:
-            # Executors join and fork Python workers as tasks arrive: walk the tree at every sample.
-            cpu, vm_cores = ProcessTreeCpu(self.pool.cpu_roots, rescan_every=1), self.pool.cores
-        monitor = Monitor(
-            cpu=cpu,
-            vm_cores=vm_cores,
+        monitor = spark_monitor(
+            spark,
             released=lambda: min(int(self.schedule.events_by(time.time() - origin)), released_cap),
             committed=lambda: self.covered,
             last_epoch_s=lambda: (
@@ -160,6 +144,7 @@ class DrillHooks:
             ),
             origin=origin,
             epoch_fixed_s=self.run.epoch_fixed_s,
+            pool=self.pool,
         )
         policy = log = None
         if self.run.controlled:
@@ -222,14 +207,12 @@ class DrillHooks:
         return None
 
     def _gauges(self) -> dict[str, float]:
+        from core.spark.live_policy import agent_gauges
+
         gauges: dict[str, float] = {}
         if self.pool is not None:
             gauges.update(vms_usable=self.pool.usable(), vms_pending=self.pool.pending())
-        if self.session is None or self.session.agent is None:
-            return gauges
-        latest = self.session.agent.latest()
-        keys = ("workers_connected", "workers_prewarmed", "records_offloaded")
-        return {**gauges, **{k: latest.get(k, 0) for k in keys}}
+        return {**gauges, **agent_gauges(self.session)}
 
     def _apply(self, decision: Any) -> None:
         if self.session is None:  # VMBase/VMInit read the policy's trigger but publish no plan
