@@ -11,6 +11,10 @@ typed values the flags give (`DataPlane`); a flag given on the command line wins
     transport = "mtls"        # tls, mtls or plaintext
     tls_dir = "/etc/sponge/tls"  # your own certificates instead of a CA made per run:
                               # ca.pem, server.pem, server.key (and ca.key for mtls)
+
+    [policy]                  # `sponge run --policy sponge`: what this machine's VMs and workers carry
+    per_core_rate = 40000     # events/s one VM core carries (the policy's start; it learns it)
+    rho = 5.0                 # a Lambda worker core's capacity in VM cores
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from pathlib import Path
 from core.errors import ConfigError
 
 DEFAULT_FILE = Path("sponge.toml")
-TABLES = {"data_plane"}
+TABLES = {"data_plane", "policy"}
 
 
 @dataclass(frozen=True)
@@ -51,11 +55,38 @@ def data_plane(
     return load(path).under(DataPlane(bind, advertise, transport))
 
 
-def load(path: Path | None) -> DataPlane:
-    """The settings of `path` (None: ./sponge.toml when there is one, else none at all)."""
+@dataclass(frozen=True)
+class PolicySettings:
+    """The live policy's profile of this machine; None leaves the flag's default (core/cli/run.py)."""
+
+    per_core_rate: float | None = None
+    rho: float | None = None
+
+
+def policy_settings(path: Path | None) -> PolicySettings:
+    """The [policy] table of `path` (None: ./sponge.toml when there is one)."""
+    resolved, data = _read(path)
+    table = data.get("policy", {})
+    known = {f.name for f in fields(PolicySettings)}
+    wrong = sorted(
+        k for k, v in table.items() if k not in known or isinstance(v, bool) or not isinstance(v, int | float)
+    )
+    if wrong:
+        raise ConfigError(
+            f"{resolved}: [policy] {', '.join(wrong)} is not a setting with a number value",
+            hint=f"the settings are {', '.join(sorted(known))}, each a number",
+        )
+    bad = sorted(k for k, v in table.items() if v <= 0)
+    if bad:
+        raise ConfigError(f"{resolved}: [policy] {', '.join(bad)} must be positive", hint="e.g. rho = 5.0")
+    return PolicySettings(**{k: float(v) for k, v in table.items()})
+
+
+def _read(path: Path | None) -> tuple[Path | None, dict]:
+    """`path` (None: ./sponge.toml when there is one) and its tables, checked for unknown ones."""
     if path is None:
         if not DEFAULT_FILE.is_file():
-            return DataPlane()
+            return None, {}
         path = DEFAULT_FILE
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -66,6 +97,12 @@ def load(path: Path | None) -> DataPlane:
     unknown = set(data) - TABLES
     if unknown:
         raise ConfigError(f"{path} has unknown tables {sorted(unknown)}", hint=f"use {sorted(TABLES)}")
+    return path, data
+
+
+def load(path: Path | None) -> DataPlane:
+    """The [data_plane] settings of `path` (None: ./sponge.toml when there is one, else none at all)."""
+    path, data = _read(path)
     table = data.get("data_plane", {})
     known = {f.name for f in fields(DataPlane)}
     wrong = sorted(k for k, v in table.items() if k not in known or not isinstance(v, str))

@@ -150,17 +150,46 @@ def destroy(target: TargetOpt = "localstack", stack_dir: StackDirOpt = DEFAULT_S
 
 
 def status(
-    target: TargetOpt = "localstack",
+    target: Annotated[
+        str | None,
+        typer.Option(
+            "--target",
+            "-t",
+            help="The deployed stack to show: localstack (the default) or aws. Not with --run.",
+        ),
+    ] = None,
+    run: Annotated[
+        Path | None,
+        typer.Option(
+            "--run",
+            file_okay=False,
+            help="Show a run instead: the --output directory of a `sponge run` (its live figures when "
+            "started with --policy, its policy's last decisions, its summary once it ended).",
+        ),
+    ] = None,
+    watch: Annotated[
+        bool, typer.Option("--watch", "-w", help="With --run: refresh every second until Ctrl-C.")
+    ] = False,
     stack_dir: StackDirOpt = DEFAULT_STACK_DIR,
     window: Annotated[int, typer.Option(min=1, help="Minutes of logs and metrics to look at.")] = 15,
     as_json: Annotated[bool, typer.Option("--json", help="Print everything as JSON.")] = False,
 ) -> None:
-    """Show the deployed stack (status, outputs), its function, warm workers and recent invocations.
+    """Show the deployed stack (status, outputs), its function, warm workers and recent invocations;
+    with --run DIR, a run (live with --watch).
 
     Invocations come from the function's log group (one REPORT line each, cold ones with an Init
     Duration), the workers' own EMF metrics from the same logs, and Invocations/Errors/Throttles from
-    CloudWatch's AWS/Lambda metrics.
+    CloudWatch's AWS/Lambda metrics. A run's figures come from its own files (OUTPUT/_status/,
+    OUTPUT/_policy/decisions.jsonl, summary.json), so a run can be watched from any shell.
     """
+    if run is not None:
+        if target is not None:
+            raise ConfigError("--run shows a run and --target a deployed stack", hint="pass one of them")
+        _run_status(run, watch=watch, as_json=as_json)
+        return
+    if watch:
+        raise ConfigError("--watch follows a run", hint="add --run DIR, the run's --output directory")
+    target = target or "localstack"
     from core.deployment import load_deployment
     from infra.deploy.status import status as stack_status
 
@@ -176,6 +205,38 @@ def status(
             f"stack {deployment.stack_name} no longer exists on {target}",
             hint=f"run sponge deploy --target {target}",
         )
+
+
+def _run_status(run: Path, *, watch: bool, as_json: bool) -> None:
+    """A run's status from its files (core/run_status.py); with `watch`, redrawn every second."""
+    from core.run_status import read_status, render
+
+    report = read_status(run)  # not a run: the error says what is missing, before any screen is drawn
+    if as_json and not watch:
+        out.print(json.dumps(report, indent=2, default=str), markup=False)
+        return
+    if not watch:
+        for line in render(report):
+            out.print(line, markup=False)
+        return
+    import time
+
+    from rich.live import Live
+    from rich.text import Text
+
+    def view() -> Text:
+        try:
+            report = read_status(run)
+        except SpongeError as e:  # the directory went away under the watch: say so, keep watching
+            return Text(f"{run}: {e.one_line()}")
+        if as_json:
+            return Text(json.dumps(report, indent=2, default=str))
+        return Text("\n".join([*render(report), "(Ctrl-C to stop watching)"]))
+
+    with contextlib.suppress(KeyboardInterrupt), Live(view(), console=out, auto_refresh=False) as live:
+        while True:
+            time.sleep(1.0)
+            live.update(view(), refresh=True)
 
 
 def _print_status(r: dict[str, Any], target: str) -> None:

@@ -59,7 +59,10 @@ OffloadShareOpt = Annotated[
 WorkersOpt = Annotated[
     int | None,
     typer.Option(
-        "--workers", min=1, help="Lambda workers the agent may run (default 2; needs --offload-share)."
+        "--workers",
+        min=1,
+        help="Lambda workers the agent may run (default 2; needs --offload-share or --policy sponge, "
+        "whose plans never ask for more).",
     ),
 ]
 TargetOpt = Annotated[
@@ -113,8 +116,8 @@ ConfigOpt = Annotated[
     typer.Option(
         "--config",
         dir_okay=False,
-        help="Settings file (TOML) under the flags: [data_plane] bind, advertise, transport. Default: "
-        "./sponge.toml when there is one.",
+        help="Settings file (TOML) under the flags: [data_plane] bind, advertise, transport; [policy] "
+        "per_core_rate, rho (--policy sponge). Default: ./sponge.toml when there is one.",
     ),
 ]
 TransportOpt = Annotated[
@@ -329,7 +332,9 @@ def offload_config(
             if set_
         ]
         if given:
-            raise ConfigError(f"{given[0]} needs --offload-share", hint="add e.g. --offload-share 0.5")
+            raise ConfigError(
+                f"{given[0]} needs --offload-share", hint="add e.g. --offload-share 0.5, or --policy sponge"
+            )
         return None
     workers = default_workers if workers is None else workers
     return OffloadConfig(

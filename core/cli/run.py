@@ -8,7 +8,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -45,6 +45,15 @@ from core.cli.options import (
     params,
 )
 from core.console import err, out
+from core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from core.spark.live_policy import LivePolicy
+    from core.spark.runner import RunConfig
+
+
+DEFAULT_PER_CORE_RATE = 40_000.0  # events/s per VM core: NEXMark's lighter queries on one core here
+DEFAULT_RHO = 5.0  # a worker core against a VM core, when bench.offload has not measured the query
 
 
 def run(
@@ -101,6 +110,43 @@ def run(
     executor_memory: ExecutorMemoryOpt = None,
     state_store: StateStoreOpt = None,
     rocksdb_memory: RocksdbMemoryOpt = None,
+    policy: Annotated[
+        str,
+        typer.Option(
+            "--policy",
+            metavar="none|noscaling|sponge",
+            help="Who decides the offloaded share while the job runs. none (default): nobody; the run "
+            "offloads the fixed --offload-share, or nothing. sponge: the paper's policy loop watches the "
+            "VM's CPU, input rate and backlog once a second and, when a burst outruns the VMs, routes a "
+            "share to Lambda workers (up to --workers) through the agent, from share 0, and gives it back "
+            "once the backlog has drained; each decision with its inputs goes to "
+            "OUTPUT/_policy/decisions.jsonl. noscaling: watches and records the same, never offloads (a "
+            "baseline). Both write live figures to OUTPUT/_status/ (latest.json, metrics.prom for a "
+            "Prometheus textfile collector, history.jsonl); `sponge status --run OUTPUT --watch` shows "
+            "them. Needs --rate or --input: a backlog exists only where input arrives over time.",
+        ),
+    ] = "none",
+    per_core_rate: Annotated[
+        float | None,
+        typer.Option(
+            "--per-core-rate",
+            min=1.0,
+            help="With --policy sponge: events/s one VM core carries at full CPU, where the policy starts "
+            "(it learns the real figure from the seconds the VMs run in their 60-80% CPU band without a "
+            "queue). Too low offloads early, too high waits for the backlog's queue delay to fire. "
+            f"Default: [policy] per_core_rate of sponge.toml, else {DEFAULT_PER_CORE_RATE:,.0f}.",
+        ),
+    ] = None,
+    rho: Annotated[
+        float | None,
+        typer.Option(
+            "--rho",
+            min=0.01,
+            help="With --policy sponge: a Lambda worker core's capacity in VM cores (sizes the workers "
+            "of a share; bench.offload measures it per query). Default: [policy] rho of sponge.toml, "
+            f"else {DEFAULT_RHO:g}.",
+        ),
+    ] = None,
     resume: Annotated[
         bool,
         typer.Option(
@@ -117,7 +163,8 @@ def run(
     --input for each of its sources; --events, --seed and the window options are the queries'.
 
     With --offload-share F, a share F of the records is routed to Lambda workers (transient
-    operators) through the VM agent, and their results are merged back into Spark's state.
+    operators) through the VM agent, and their results are merged back into Spark's state. With
+    --policy sponge the share follows the load instead: 0 until a burst, as much as it needs then.
 
     Results and the checkpoint go to --output; a crashed or stopped run continues there with --resume.
 
@@ -130,6 +177,8 @@ def run(
     from core.spark.session import SparkConfig, executor_jvms, worker_memory_mb
 
     check_master(master)
+    check_policy(policy, offload_share, per_core_rate, rho, rate=rate, input_dir=input_dir)
+    settings_file = config  # `config` becomes the run's configuration below
     memory = memory_config(
         driver_memory,
         executor_memory,
@@ -151,7 +200,7 @@ def run(
         spark=SparkConfig(master=master, memory=memory, jvm_log=output / "_logs" / "jvm.log"),
         input=input_dir,
         offload=offload_config(
-            offload_share,
+            0.0 if policy == "sponge" else offload_share,  # the policy publishes the share from 0
             workers,
             target,
             inject or [],
@@ -169,21 +218,92 @@ def run(
         existing=Existing.RESUME if resume else Existing.REFUSE,
     )
     load(query, config.params)  # a wrong job fails here, on its line, before Spark starts
+    hooks = None
+    if policy != "none":
+        hooks = live_policy(policy, config, per_core_rate, rho, resume=resume, settings=settings_file)
     what = f"the events of {input_dir}" if input_dir is not None else f"{events:,} events"
     stop = threading.Event()
     with (
         stopping_on_signals(stop),
         err.status(f"streaming {what} through {query} ({memory.describe()}) ...") as status,
     ):
-        summary = run_query(
-            config,
-            progress=lambda p: status.update(
+
+        def progress(p: dict) -> None:
+            if hooks is not None:
+                hooks.progress(p)
+            status.update(
                 f"{query}: epoch {p['batchId']}, {p['numInputRows']:,} records in the last epoch"
+                + (f", offload share {hooks.plan[0]:.0%}" if hooks is not None else "")
                 + (" (stopping once it commits)" if stop.is_set() else "")
-            ),
-            stop=stop,
-        )
+            )
+
+        summary = run_query(config, progress=progress, hooks=hooks, stop=stop)
     out.print(json.dumps(summary, indent=2))
+
+
+def check_policy(
+    policy: str,
+    offload_share: float | None,
+    per_core_rate: float | None,
+    rho: float | None,
+    *,
+    rate: float | None,
+    input_dir: Path | None,
+) -> None:
+    """Refuse a --policy that cannot work, before anything starts."""
+    from core.spark.live_policy import POLICIES
+
+    if policy not in POLICIES:
+        raise ConfigError(f"unknown --policy {policy!r}", hint=f"use {', '.join(POLICIES)}")
+    if policy == "sponge" and offload_share is not None:
+        raise ConfigError(
+            "--policy sponge decides the offloaded share itself; --offload-share fixes it for the whole run",
+            hint="drop --offload-share (or drop --policy sponge for a fixed share)",
+        )
+    tuned = [flag for flag, v in (("--per-core-rate", per_core_rate), ("--rho", rho)) if v is not None]
+    if tuned and policy != "sponge":
+        raise ConfigError(
+            f"{tuned[0]} tunes the sponge policy", hint=f"add --policy sponge, or drop {tuned[0]}"
+        )
+    if policy != "none" and rate is None and input_dir is None:
+        raise ConfigError(
+            f"--policy {policy} watches the input's backlog, and generated events without --rate are all "
+            "there at once (a backlog of the whole stream)",
+            hint="pace them with --rate R, or read files with --input DIR",
+        )
+
+
+def live_policy(
+    policy: str,
+    config: RunConfig,
+    per_core_rate: float | None,
+    rho: float | None,
+    *,
+    resume: bool,
+    settings: Path | None,
+) -> LivePolicy:
+    """The run's policy loop (core/spark/live_policy.py): the flags over sponge.toml's [policy] over the
+    defaults; a resumed run appends to its decision log and history."""
+    from core.config_file import policy_settings
+    from core.spark.live_policy import LivePolicy, backlog_for
+
+    profile = policy_settings(settings)
+    job = config.job()
+    offload = config.offload
+    return LivePolicy(
+        policy,
+        config.output,
+        backlog_for(
+            config.input, list(job.sources), config.follow, config.generator.schedule, config.generator.events
+        ),
+        per_core_rate=per_core_rate or profile.per_core_rate or DEFAULT_PER_CORE_RATE,
+        rho=rho or profile.rho or DEFAULT_RHO,
+        max_workers=offload.workers if offload is not None else 1,
+        deadline_s=float(config.params.window_slide_s),  # recover within the query's window slide
+        offload_cost=offload.offload_cost if offload is not None else 0.0,
+        append=resume,
+        labels={"job": job.name},
+    )
 
 
 @contextmanager
