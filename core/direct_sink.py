@@ -30,11 +30,12 @@ from core.errors import InputError
 OFFLOADED_DIR = "_offloaded"  # under the output directory; the leading "_" hides it from Spark
 DIRECT_SINK_TAG = "direct_sink"  # offset key of an offload stream whose rows go straight to the sink
 CHECKPOINT_DIR = "_checkpoint"
-_NAME = re.compile(r"^(?P<entity>[a-z]+)-(?P<start>\d+)-(?P<end>\d+)-(?P<seq>\d+)\.parquet$")
+_NAME = re.compile(r"^(?P<entity>[a-z_][a-z0-9_]*)-(?P<start>\d+)-(?P<end>\d+)-(?P<seq>\d+)\.parquet$")
 
 
 def chunk_name(entity: str, start: int, end: int, seq: int) -> str:
-    """The file name of chunk `seq` of the task over offsets [start, end) of `entity`."""
+    """The file name of chunk `seq` of the task over offsets [start, end) of `entity` (events of a NEXMark
+    entity generated, or files of a source read: core/spark/file_source.py)."""
     return f"{entity}-{start:012d}-{end:012d}-{seq:06d}.parquet"
 
 
@@ -111,7 +112,8 @@ def _direct_sink_ends(offsets: Path) -> dict[str, int]:
         try:
             offset = json.loads(line)  # each source's own JSON: only ours carry the tag
             if isinstance(offset, dict) and DIRECT_SINK_TAG in offset:
-                ends[str(offset[DIRECT_SINK_TAG])] = int(offset["event"])
+                unit = "event" if "event" in offset else "files"  # the generator's or the file source's
+                ends[str(offset[DIRECT_SINK_TAG])] = int(offset[unit])
         except (ValueError, TypeError, KeyError) as e:
             detail = f"no {e}" if isinstance(e, KeyError) else str(e)
             raise InputError(

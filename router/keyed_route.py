@@ -33,8 +33,8 @@ RECEIPT_FIELDS = (
 Stash = Callable[[int, pa.Table], None]  # (seq, chunk): keep the chunk at the agent
 
 
-def with_groups(records: pa.RecordBatch, groups: np.ndarray) -> pa.Table:
-    return pa.Table.from_batches([records]).append_column(GROUP, pa.array(groups.astype(np.int32)))
+def with_groups(records: pa.Table, groups: np.ndarray) -> pa.Table:
+    return records.append_column(GROUP, pa.array(groups.astype(np.int32)))
 
 
 def stash_chunks(

@@ -16,6 +16,7 @@ moves its watermark, so windows close on time whatever the share.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from collections.abc import Iterator, Mapping
@@ -138,28 +139,28 @@ def _heartbeat_field() -> pa.Field:
     return pa.field(HEARTBEAT, pa.bool_())
 
 
-def output_schema(entity: str, route: RouteOptions) -> pa.Schema:
-    """The Arrow schema of a routed stream: the entity's records, or the chain's output; plus `_hb`."""
+def output_schema(records: pa.Schema, route: RouteOptions) -> pa.Schema:
+    """The Arrow schema of a routed stream over `records` (a source's own schema): the records, or the
+    chain's output; plus `_hb`."""
     if route.route == LOCAL:
-        base = list(schema_for(entity))
+        base = list(records)
     elif route.keys:
         base = list(RECEIPT_FIELDS)
     else:
-        base = list(route.compiled().output_schema(sent_schema(entity, route)))
+        base = list(route.compiled().output_schema(sent_schema(records, route)))
     return pa.schema([*base, _heartbeat_field()])
 
 
-def sent_columns(entity: str, route: RouteOptions) -> list[str]:
+def sent_columns(records: pa.Schema, route: RouteOptions) -> list[str]:
     """The record columns an offload route builds and sends: those its chain reads (all when the
-    chain passes columns through, or reads one the entity lacks, such as an upstream window)."""
-    names = schema_for(entity).names
+    chain passes columns through, or reads one the source lacks, such as an upstream window)."""
+    names = records.names
     reads = route.compiled().input_columns()
     return names if reads is None or not reads <= set(names) else [n for n in names if n in reads]
 
 
-def sent_schema(entity: str, route: RouteOptions) -> pa.Schema:
-    records = schema_for(entity)
-    return pa.schema([records.field(n) for n in sent_columns(entity, route)])
+def sent_schema(records: pa.Schema, route: RouteOptions) -> pa.Schema:
+    return pa.schema([records.field(n) for n in sent_columns(records, route)])
 
 
 def heartbeat_batch(schema: pa.Schema, time_column: str | None, time_us: int) -> pa.RecordBatch:
@@ -175,7 +176,7 @@ def heartbeat_batch(schema: pa.Schema, time_column: str | None, time_us: int) ->
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
-def _with_heartbeat_column(table: pa.Table, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+def with_heartbeat_column(table: pa.Table, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     body = pa.schema(list(schema)[:-1])
     table = table.select(body.names).cast(body)
     table = table.append_column(_heartbeat_field(), pa.nulls(table.num_rows, pa.bool_()))
@@ -200,7 +201,7 @@ def read_routed(
     from core.nexmark.generator import date_time_us, event_ids, generate_ids
     from router.routing_log import routed_mask
 
-    schema = output_schema(entity, route)
+    schema = output_schema(schema_for(entity), route)
     stop = min(end, config.events)
     # Which records this route keeps depends on their offsets (and keys) alone: build only those.
     ids = event_ids(entity, start, stop)
@@ -212,26 +213,48 @@ def read_routed(
     if route.route == LOCAL:
         keep = ~keep
     if keep.any():
-        columns = None if route.route == LOCAL else sent_columns(entity, route)
+        columns = None if route.route == LOCAL else sent_columns(schema_for(entity), route)
         if route.keys and columns is not None:
             columns = [c for c in schema_for(entity).names if c in {*columns, *route.keys, "date_time"}]
-        records = generate_ids(config, entity, ids[keep], columns)
-        if route.route == LOCAL:
-            tables = [pa.Table.from_batches([records])]
-        elif groups is not None:
-            tables = [_stash(route, entity, start, end, with_groups(records, groups[keep]))]
-        else:
-            tables = _offload(route, entity, start, end, records, segments)
-        for table in tables:
-            if table.num_rows:
-                yield from _with_heartbeat_column(table, schema)
-    _maybe_fail(route, entity, start, attempt)
+        records = pa.Table.from_batches([generate_ids(config, entity, ids[keep], columns)])
+        kept = groups[keep] if groups is not None else None
+        yield from routed_batches(route, entity, start, end, records, kept, segments, schema, "date_time")
+    maybe_fail(route, entity, start, attempt)
     time_column = "date_time" if route.route == LOCAL else route.event_time
     if stop > start:
         last_us = int(date_time_us(config, np.array([stop - 1], dtype=np.int64))[0])
         yield heartbeat_batch(schema, time_column, last_us)
     if punctuate:
         yield heartbeat_batch(schema, time_column, END_OF_STREAM_TIME_US)
+
+
+def routed_batches(
+    route: RouteOptions,
+    source: str,
+    start: int,
+    end: int,
+    records: pa.Table,
+    groups: np.ndarray | None,
+    segments: tuple[Segment, ...],
+    schema: pa.Schema,
+    event_time: str,
+) -> Iterator[pa.RecordBatch]:
+    """The rows a route yields for the records it keeps of a task over [start, end) of `source`: the
+    records themselves (local), the receipts of their stash (a keyed stage's input, by `groups`), or
+    what the workers return; in the stream's `schema`, without heartbeats.
+
+    One home for both kinds of routed source: the generator's (offsets are events) and the file
+    source's (offsets are files, core/spark/file_source.py).
+    """
+    if route.route == LOCAL:
+        tables = [records]
+    elif groups is not None:
+        tables = [_stash(route, source, start, end, with_groups(records, groups), event_time)]
+    else:
+        tables = _offload(route, source, start, end, records, segments)
+    for table in tables:
+        if table.num_rows:
+            yield from with_heartbeat_column(table, schema)
 
 
 # ---- talking to the agent -----------------------------------------------------------------------
@@ -248,7 +271,7 @@ def _offload(
     entity: str,
     start: int,
     end: int,
-    records: pa.RecordBatch,
+    records: pa.Table,
     segments: tuple[Segment, ...],
 ) -> list[pa.Table]:
     """Send the task's offloaded records in chunks, as many at a time as the plans have workers (at
@@ -274,25 +297,35 @@ def _offload(
         return list(pool.map(one, range(len(chunks))))
 
 
-def _stash(route: RouteOptions, entity: str, start: int, end: int, records: pa.Table) -> pa.Table:
+def _stash(
+    route: RouteOptions, entity: str, start: int, end: int, records: pa.Table, time_column: str
+) -> pa.Table:
     """Keep a keyed stream's records at the agent, chunk by chunk; the receipts (router/keyed_route.py)."""
     client = _client(route)
 
     def stash(seq: int, chunk: pa.Table) -> None:
         client.stash(entity, start, end, seq, chunk)
 
-    return stash_chunks(records, start, end, route.chunk_rows, route.parallelism, stash, "date_time")
+    return stash_chunks(records, start, end, route.chunk_rows, route.parallelism, stash, time_column)
 
 
 # ---- injected task failures ---------------------------------------------------------------------
 
 
-def _maybe_fail(route: RouteOptions, entity: str, start: int, attempt: int | None) -> None:
+def _name_salt(name: str) -> int:
+    """A NEXMark entity's index (the salts task failures have always had), or a stable hash of a user's
+    source's name."""
+    if name in ENTITIES:
+        return ENTITIES.index(name)
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "little")
+
+
+def maybe_fail(route: RouteOptions, entity: str, start: int, attempt: int | None) -> None:
     """Fail the first attempt of a deterministic share of tasks (after their chunks were offloaded,
     so the retry exercises the agent's result cache)."""
     if route.fail_share <= 0 or attempt is None or attempt > 0:
         return
-    salt = TASK_FAILURE_SALT + 2 * ENTITIES.index(entity) + (route.route == OFFLOAD)
+    salt = TASK_FAILURE_SALT + 2 * _name_salt(entity) + (route.route == OFFLOAD)
     if record_units(np.array([start ^ salt], dtype=np.int64))[0] >= route.fail_share:
         return
     if route.fault_dir:

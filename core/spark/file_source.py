@@ -27,28 +27,45 @@ must stay in place: a restarted query maps its checkpointed k back onto the sort
 
 Options (all strings): path (required; also `.load(path)`), entity (a NEXMark entity) or schema (a
 user's source: `FileSchema.to_option`), dead_letter (default PATH/_dead_letter), bounded ("true" |
-"false", default "true"), max_files_per_batch (64).
+"false", default "true"), max_files_per_batch (64), and a routed read's options (route, offload_dir,
+...: router/source_router.py `RouteOptions`).
+
+Routed reads (ADR 0037): as with the generator's source, a query's source is read twice, the VM's
+share and the workers'. Each source has its own routing log, in units of its files, under
+OFFLOAD_DIR/files/<source>/: a file is routed by one plan, fixed at its first planning. Within it,
+record `row` of file `i` is numbered `i << 32 | row`, so a plan's record share hashes it as the
+generator's share hashes an event's offset, and a keyed stage's input goes by its key group. Both
+reads validate the same file and write the same dead letters (replaced atomically, identical either
+way). The VM's read notes each file's valid and routed records (`routed_counts`), which the run's
+summary adds up.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxFiles, SupportsTriggerAvailableNow
 
+from core import atomic_write
+from core.direct_sink import DIRECT_SINK_TAG
 from core.errors import ConfigError, InputError
 from core.file_schema import FileSchema
-from core.nexmark.schema import check_entity
+from core.nexmark.schema import END_OF_STREAM_TIME_US, check_entity
 from core.spark.jsonl_validation import FILE_SUFFIX, read_file
+from router.source_router import LOCAL, RouteOptions
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
+
+    from router.routing_log import Segment
 
 SOURCE_NAME = "nexmark-files"
 DEFAULT_MAX_FILES_PER_BATCH = 64
@@ -68,6 +85,7 @@ class FileSourceOptions:
     dead_letter: str
     bounded: bool = True
     max_files_per_batch: int = DEFAULT_MAX_FILES_PER_BATCH
+    route: RouteOptions | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> FileSourceOptions:
@@ -115,6 +133,7 @@ class FileSourceOptions:
             dead_letter=dead_letter,
             bounded=bounded == "true",
             max_files_per_batch=max_files_per_batch,
+            route=RouteOptions.parse(opts),
         )
 
     @property
@@ -155,10 +174,15 @@ def _require_dir(options: FileSourceOptions) -> None:
 
 @dataclass(frozen=True)
 class FilePartition(InputPartition):
-    """One Spark task: one input file, or (path None, punctuate True) the end-of-stream row alone."""
+    """One Spark task: one input file, or (path None, punctuate True) the end-of-stream row alone.
+
+    A routed stream's partition also carries the file's position in the listing (`index`) and the
+    routing log's segment that routes it."""
 
     path: str | None
     punctuate: bool = False
+    index: int = -1
+    segments: tuple[Segment, ...] = ()
 
 
 def read_partition(options: FileSourceOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -169,6 +193,80 @@ def read_partition(options: FileSourceOptions, partition: InputPartition) -> Ite
         yield from read_file(partition.path, options.source, options.dead_letter)
     if partition.punctuate:
         yield options.source.end_of_stream()
+
+
+def source_routing_dir(offload_dir: Path, source: str) -> Path:
+    """Where a source's routing log (in units of its files) and its files' counts live."""
+    return offload_dir / "files" / source
+
+
+def read_routed(
+    options: FileSourceOptions, partition: FilePartition, attempt: int | None
+) -> Iterator[pa.RecordBatch]:
+    """The batches of one routed file task: the records its route keeps (or what the workers return
+    for them), then a heartbeat at the file's last event time, so a stream whose records all went the
+    other way still moves its watermark; `attempt` is the Spark task's (task failures need it)."""
+    from router.routing_log import Segment, routed_mask
+    from router.source_router import heartbeat_batch, maybe_fail, output_schema, routed_batches, sent_columns
+
+    route, source = options.route, options.source
+    assert route is not None
+    schema = output_schema(source.arrow, route)
+    time_column = source.event_time if route.route == LOCAL else route.event_time
+    if partition.path is not None:
+        table = pa.Table.from_batches(
+            list(read_file(partition.path, source, options.dead_letter)), schema=source.arrow
+        )
+        ids = (np.int64(partition.index) << 32) | np.arange(table.num_rows, dtype=np.int64)
+        groups = None
+        if route.keys:
+            from core.offload_plan import key_groups_of
+
+            groups = key_groups_of(table.select(list(route.keys)))
+        # A file is one task of one plan: its segment routes every row of it.
+        sent = routed_mask(tuple(Segment(0, s.plan) for s in partition.segments[-1:]), ids, groups)
+        keep = ~sent if route.route == LOCAL else sent
+        if route.route == LOCAL:
+            note_counts(route.offload_dir, source.name, partition.index, table.num_rows, int(sent.sum()))
+        if keep.any():
+            records = table.filter(pa.array(keep))
+            if route.route != LOCAL:
+                wanted = {
+                    *sent_columns(source.arrow, route),
+                    *(route.keys and (*route.keys, source.event_time)),
+                }
+                records = records.select([c for c in source.arrow.names if c in wanted])
+            kept = groups[keep] if groups is not None else None
+            span = (partition.index, partition.index + 1)
+            yield from routed_batches(
+                route, source.name, *span, records, kept, partition.segments, schema, source.event_time
+            )
+        maybe_fail(route, source.name, partition.index, attempt)
+        if table.num_rows:
+            last_us = int(np.max(table[source.event_time].cast(pa.int64()).to_numpy()))
+            yield heartbeat_batch(schema, time_column, last_us)
+    if partition.punctuate:
+        yield heartbeat_batch(schema, time_column, END_OF_STREAM_TIME_US)
+
+
+def note_counts(offload_dir: Path, source: str, index: int, rows: int, routed: int) -> None:
+    """Record file `index`'s valid records and how many went to the workers (the same on every replay)."""
+    path = source_routing_dir(offload_dir, source) / "counts" / f"{index:09d}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write.write_text(path, json.dumps({"rows": rows, "routed": routed}))
+
+
+def routed_counts(offload_dir: Path, sources: Sequence[str]) -> tuple[int, int]:
+    """The valid records of every file the sources' VM reads took, and those routed to the workers.
+
+    Read after a run stops: a file's counts are noted by the read of an epoch that has committed
+    (a stopped run ends between epochs; a crashed one writes no summary)."""
+    rows = routed = 0
+    for source in sources:
+        for path in (source_routing_dir(offload_dir, source) / "counts").glob("*.json"):
+            counts = json.loads(path.read_text(encoding="utf-8"))
+            rows, routed = rows + counts["rows"], routed + counts["routed"]
+    return rows, routed
 
 
 # ---------------------------------------------------------------------------------------------
@@ -221,7 +319,10 @@ class FileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _offset(self, files: int) -> dict:
         """`{"files": k, "source": name}`: the name lets a reader of the progress (the live policy's
         backlog) tell the sources apart; reading an offset needs only "files"."""
-        return {"files": files, "source": self.options.entity}
+        offset: dict = {"files": files, "source": self.options.entity}
+        if self.options.route is not None and self.options.route.direct_sink:
+            offset[DIRECT_SINK_TAG] = self.options.entity  # core/direct_sink.py counts its chunks by it
+        return offset
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         """End of the next micro-batch: at most max_files_per_batch files past `start`.
@@ -253,13 +354,32 @@ class FileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 f"but {self.options.entity_dir} holds {n}",
                 hint="consumed *.jsonl files must stay in place; restore them or start from a new checkpoint",
             )
-        parts: list[InputPartition] = [FilePartition(self.files[i]) for i in range(lo, min(hi, n))]
+        segments = self._plan(lo, hi)
+        parts: list[InputPartition] = [
+            FilePartition(self.files[i], index=i, segments=covering_file(segments, i))
+            for i in range(lo, min(hi, n))
+        ]
         if self.options.bounded and lo <= n < hi:
-            parts.append(FilePartition(None, punctuate=True))
+            parts.append(FilePartition(None, punctuate=True, index=n))
         return parts
 
+    def _plan(self, lo: int, hi: int) -> tuple[Segment, ...]:
+        """A routed stream's plans for files [lo, hi), from its source's routing log; () unrouted."""
+        route = self.options.route
+        if route is None or hi <= lo:
+            return ()
+        from router.routing_log import RoutingLog, read_current_plan
+
+        log = RoutingLog(source_routing_dir(route.offload_dir, self.options.entity))
+        return log.plan_range(lo, hi, read_current_plan(route.offload_dir))
+
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return read_partition(self.options, partition)
+        if self.options.route is None or not isinstance(partition, FilePartition):
+            return read_partition(self.options, partition)
+        from pyspark import TaskContext
+
+        task = TaskContext.get()
+        return read_routed(self.options, partition, task.attemptNumber() if task is not None else None)
 
     def commit(self, end: dict) -> None:
         """Nothing to release: input files are left in place so any batch can be replayed."""
@@ -276,14 +396,26 @@ class NexmarkFileDataSource(DataSource):
     def name(cls) -> str:
         return SOURCE_NAME
 
-    def schema(self) -> str:
-        return self.parsed.source.spark_ddl
+    def schema(self) -> str | StructType:
+        if self.parsed.route is None:
+            return self.parsed.source.spark_ddl
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        from router.source_router import output_schema
+
+        return from_arrow_schema(output_schema(self.parsed.source.arrow, self.parsed.route))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return FileBatchReader(self.parsed)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return FileStreamReader(self.parsed)
+
+
+def covering_file(segments: Sequence[Segment], index: int) -> tuple[Segment, ...]:
+    from router.routing_log import covering
+
+    return covering(segments, index, index + 1) if segments else ()
 
 
 def register(spark: SparkSession) -> None:

@@ -33,10 +33,12 @@ from core.fault_spec import (
     Triggers,
     of_kind,
 )
+from core.file_schema import FileSchema
 from core.net import is_loopback, routable_address
 from core.nexmark.params import QueryParams
 from core.offload_chains import KEYED, PARTIAL, OffloadChain
 from core.offload_plan import DEFAULT_OFFLOAD_COST, OffloadPlan
+from core.plan import LogicalPlan
 from merge.keyed_batch import ROUND_KEYS, Fetch
 
 TARGETS = ("embedded", "localstack", "aws")  # localstack and aws: a stack deployed by `sponge deploy`
@@ -154,13 +156,26 @@ class OffloadConfig:
 
 
 class OffloadSession:
-    def __init__(self, config: OffloadConfig, output: Path, query: str, params: QueryParams) -> None:
+    """`query` names a built-in query, whose programs the workers build from its name and `params`; a
+    user's job passes its `plan` (and its sources' `schemas`), which travels to them as data."""
+
+    def __init__(
+        self,
+        config: OffloadConfig,
+        output: Path,
+        query: str,
+        params: QueryParams,
+        plan: LogicalPlan | None = None,
+        schemas: Mapping[str, FileSchema] | None = None,
+    ) -> None:
         self.config = config
         self.out = output
         self.dir = output / OFFLOAD_DIR
         self.fault_dir = self.dir / FAULT_DIR
         self.query = query
         self.params = params
+        self.own_plan = plan
+        self.schemas = dict(schemas or {})
         self.agent: Any = None
         self._secret_dir: Path | None = None
         self._timers: list[threading.Timer] = []
@@ -362,12 +377,26 @@ class OffloadSession:
         """Options of the VM share's read, by entity (a keyed stage's input routes by its key)."""
         return {c.entity: {"route": "local", "keys": ",".join(c.keys), **self._common()} for c in chains}
 
+    def spec(self, node_ids: tuple[str, ...]) -> Any:
+        """The program of `node_ids` the workers run (a lambda_worker.program.ProgramSpec)."""
+        from lambda_worker.program import ProgramSpec
+
+        if self.own_plan is not None:
+            return ProgramSpec.of_plan(self.own_plan, node_ids)
+        return ProgramSpec(self.query, node_ids, self.params.window_size_s, self.params.window_slide_s)
+
+    def plan(self) -> LogicalPlan:
+        if self.own_plan is not None:
+            return self.own_plan
+        from core.nexmark.queries import get_query
+
+        return get_query(self.query).plan(self.params)
+
     def seal_service(self, op_id: str) -> Any:
         """What a keyed stage's VM processor calls to run a group's batch on a worker (ADR 0024)."""
-        from lambda_worker.program import ProgramSpec
         from router.seal_service import AgentSealService
 
-        spec = ProgramSpec(self.query, (op_id,), self.params.window_size_s, self.params.window_slide_s)
+        spec = self.spec((op_id,))
         return AgentSealService(
             self.agent.address,
             str(self.secret_file),
@@ -380,26 +409,21 @@ class OffloadSession:
 
     def rank_service(self, op_id: str) -> Any:
         """What a fused top-k's VM processor calls to have workers rank a closed window (ADR 0029)."""
-        from core.nexmark.queries import get_query
-        from lambda_worker.program import ProgramSpec
         from merge.sliding_top_k import fused_top_ks
         from router.rank_service import AgentRankService
 
-        _, agg, _ = fused_top_ks(get_query(self.query).plan(self.params))[op_id]
-        spec = ProgramSpec(self.query, (op_id,), self.params.window_size_s, self.params.window_slide_s)
+        _, agg, _ = fused_top_ks(self.plan())[op_id]
+        spec = self.spec((op_id,))
         return AgentRankService(
             self.agent.address, str(self.secret_file), spec.dumps(), agg.keys, str(self.dir)
         )
 
     def offloaded(self, spark: Any, run_config: Any, pace_origin: float) -> Callable[[OffloadChain], Any]:
         """The factory of the workers' result streams, one per chain (see core/spark/lower.py)."""
-        from core.spark.streams import generated_stream, keep_alive
-        from lambda_worker.program import ProgramSpec
+        from core.spark.streams import keep_alive, source_stream
 
         def make(chain: OffloadChain) -> Any:
-            spec = ProgramSpec(
-                self.query, chain.node_ids, self.params.window_size_s, self.params.window_slide_s
-            )
+            spec = self.spec(chain.node_ids)
             time_column = "window_start" if chain.partial_states else chain.event_time
             if chain.kind == KEYED:
                 from router.keyed_route import TIME
@@ -417,7 +441,8 @@ class OffloadSession:
                 "keys": ",".join(chain.keys),
                 **self._common(),
             }
-            df = generated_stream(spark, run_config, chain.entity, pace_origin, options)
+            own = self.schemas.get(chain.entity)
+            df = source_stream(spark, run_config, chain.entity, own, pace_origin, options)
             df = keep_alive(df, time_column, heartbeats=True)
             return df.drop("window_end") if chain.kind == PARTIAL else df
 

@@ -70,10 +70,9 @@ class RunConfig:
                 f"the output {self.output} contains the input {self.input}; a run's output is its own",
                 hint="pass an --output outside the --input directory",
             )
-        if self.offload is not None and (self.input is not None or self.plain):
+        if self.offload is not None and self.plain:
             raise ConfigError(
-                "offloading needs the generated source and the rewritten plan",
-                hint="drop --input (or plain) when passing --offload-share",
+                "offloading needs the rewritten plan", hint="drop plain when passing --offload-share"
             )
         if self.follow and self.input is None:
             raise ConfigError("--follow reads the files of --input as they arrive", hint="pass --input DIR")
@@ -160,7 +159,7 @@ def _run_query(
     stop: threading.Event | None = None,
 ) -> dict:
     from core.spark.file_source import register as register_file_source
-    from core.spark.file_source import require_entity_dirs
+    from core.spark.file_source import require_entity_dirs, routed_counts
     from core.spark.jsonl_validation import dead_letter_summary
     from core.spark.lower import lower_plain, lower_rewritten
 
@@ -182,7 +181,8 @@ def _run_query(
         sinks = lower_plain(logical, sources) if config.plain else lower_rewritten(rewritten, sources)
     else:
         chains = tuple(offload_chains(logical))
-        session = OffloadSession(config.offload, out, config.query, config.params)
+        own_plan = logical if is_file_ref(config.query) else None  # a user's job sends its plan as data
+        session = OffloadSession(config.offload, out, config.query, config.params, own_plan, own)
         session.start()
         # The clock starts once the agent and its warm pool are up: a burst meets a job that is running,
         # and the agent is a long-lived service beside it, not something the burst waits for.
@@ -190,7 +190,7 @@ def _run_query(
         session.schedule_faults(started)
         restarts, kills = session.query_restarts(), session.driver_kills()
         progress = session.watching_epochs(progress)
-        sources = nexmark_sources(spark, config, started, session.local_routes(chains))
+        sources = nexmark_sources(spark, config, started, session.local_routes(chains), schemas=own)
         offloaded = session.offloaded(spark, config, started)
         sinks = lower_rewritten(
             rewritten, sources, chains, offloaded, session.seal_service, session.rank_service
@@ -224,13 +224,18 @@ def _run_query(
     epochs = len(epochs_progress)
     wall_s = time.time() - started
     stopped = stop is not None and stop.is_set()
-    if config.input is not None:
+    entities = [n.op.entity for n in logical.nodes if isinstance(n.op, Source)]
+    routed = 0
+    if config.input is not None and session is not None:
+        # Routed streams also carry heartbeats and workers' results: the VM's reads noted each file's
+        # records (over the whole run, a resumed one included).
+        records_in, routed = routed_counts(out / OFFLOAD_DIR, entities)
+    elif config.input is not None:
         punctuations = 0 if stopped or config.follow else n_sources
         records_in = sum(p["numInputRows"] for p in epochs_progress) - punctuations
     else:  # routed streams also carry heartbeats and workers' results: count the records themselves
-        entities = [n.op.entity for n in logical.nodes if isinstance(n.op, Source)]
         records_in = sum(len(event_ids(e, 0, config.generator.events)) for e in entities)
-    routed = routed_to_workers(config, out, chains) if session is not None else 0
+        routed = routed_to_workers(config, out, chains) if session is not None else 0
     summary = {
         "query": config.query,
         "job": job.name,

@@ -314,9 +314,10 @@ class NexmarkDataSource(DataSource):
             return spark_ddl(self.parsed.entity)
         from pyspark.sql.pandas.types import from_arrow_schema
 
+        from core.nexmark.schema import schema_for
         from router.source_router import output_schema
 
-        return from_arrow_schema(output_schema(self.parsed.entity, self.parsed.route))
+        return from_arrow_schema(output_schema(schema_for(self.parsed.entity), self.parsed.route))
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return NexmarkBatchReader(self.parsed)

@@ -51,21 +51,35 @@ def nexmark_sources(
     def make(src: Source):
         route = (routes or {}).get(src.entity)
         own = (schemas or {}).get(src.entity)
-        if config.input is not None:
-            reader = (
-                spark.readStream.format("nexmark-files")
-                .option("path", str(config.input))
-                .option("dead_letter", str(config.output / DEAD_LETTER_DIR))
-                .option("bounded", "false" if config.follow else "true")
-                .option("max_files_per_batch", str(config.max_files_per_batch))
-            )
-            reader = reader.option("schema", own.to_option()) if own else reader.option("entity", src.entity)
-            df = reader.load()
-        else:
-            df = generated_stream(spark, config, src.entity, pace_origin, route or {})
+        df = source_stream(spark, config, src.entity, own, pace_origin, route or {})
         return keep_alive(df, own.event_time if own else NEXMARK_EVENT_TIME, heartbeats=route is not None)
 
     return make
+
+
+def source_stream(
+    spark,
+    config: StreamedRun,
+    entity: str,
+    own: FileSchema | None,
+    pace_origin: float,
+    options: Mapping[str, str],
+):
+    """One read of a source, routed by `options` if any: its files under the run's input (`own`
+    describes a user's source; else `entity` names a NEXMark entity), or the generator's events."""
+    if config.input is None:
+        return generated_stream(spark, config, entity, pace_origin, options)
+    reader = (
+        spark.readStream.format("nexmark-files")
+        .option("path", str(config.input))
+        .option("dead_letter", str(config.output / DEAD_LETTER_DIR))
+        .option("bounded", "false" if config.follow else "true")
+        .option("max_files_per_batch", str(config.max_files_per_batch))
+    )
+    reader = reader.option("schema", own.to_option()) if own else reader.option("entity", entity)
+    for k, v in options.items():
+        reader = reader.option(k, v)
+    return reader.load()
 
 
 def generated_stream(spark, config: StreamedRun, entity: str, pace_origin: float, options: Mapping[str, str]):

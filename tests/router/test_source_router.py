@@ -15,7 +15,7 @@ import pytest
 
 from core.errors import ConfigError
 from core.nexmark.generator import GeneratorConfig, date_time_us, event_ids, generate_ids
-from core.nexmark.schema import END_OF_STREAM_TIME_US
+from core.nexmark.schema import END_OF_STREAM_TIME_US, schema_for
 from core.offload_plan import OffloadPlan, record_units
 from lambda_worker.program import ProgramSpec
 from router import source_router
@@ -131,9 +131,8 @@ def test_the_two_routes_split_a_task_by_the_plan_of_each_offset(agent: FakeAgent
     chunks = agent.chunks()
     assert [call[:3] for call in chunks] == [(2000, 4000, seq) for seq in range(-(-len(sent) // 100))]
     sent_rows = pa.Table.from_batches([call[3] for call in chunks])
-    assert sent_rows.equals(
-        pa.Table.from_batches([generate_ids(CONFIG, "bid", sent, sent_columns("bid", _route("offload")))])
-    )
+    columns = sent_columns(schema_for("bid"), _route("offload"))
+    assert sent_rows.equals(pa.Table.from_batches([generate_ids(CONFIG, "bid", sent, columns)]))
     # One heartbeat each, at the time of the task's last event, so both watermarks move.
     last = date_time_us(CONFIG, np.array([3999]))
     assert np.array_equal(_time_us(local, heartbeat=True), last)
