@@ -154,6 +154,21 @@ CASES: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
         ("run", "q1", "-o", "{tmp}/out", "--offload-share", "0.5", "--chunk-timeout", "0"),
         ("--chunk-timeout",),
     ),
+    # run: the live policy
+    (
+        ("run", "q1", "-o", "{tmp}/out", "--rate", "1000", "--policy", "sponge", "--offload-share", "0.5"),
+        ("--policy sponge decides the offloaded share", "drop --offload-share"),
+    ),
+    (
+        ("run", "q1", "-o", "{tmp}/out", "--rate", "1000", "--policy", "auto"),
+        ("unknown --policy 'auto'", "sponge"),
+    ),
+    (("run", "q1", "-o", "{tmp}/out", "--policy", "sponge"), ("without --rate", "--input DIR")),
+    (
+        ("run", "q1", "-o", "{tmp}/out", "--per-core-rate", "1000"),
+        ("tunes the sponge policy", "--policy sponge"),
+    ),
+    (("run", "q1", "-o", "{tmp}/out", "--policy", "sponge", "--rate", "1000", "--rho", "0"), ("--rho",)),
     # run: memory
     (
         ("run", "q1", "-o", "{tmp}/out", "--driver-memory", "lots"),
@@ -231,6 +246,10 @@ CASES: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
     (("status", "--target", "gcp"), ("unknown deploy target 'gcp'",)),
     (("status", "--target", "aws", "--stack-dir", "{tmp}"), ("no deployed stack for aws", "sponge deploy")),
     (("status", "--window", "0"), ("--window", "sponge status --help")),
+    (("status", "--run", "{tmp}"), ("is not a sponge run", "_sponge_run.json")),
+    (("status", "--run", "{missing}"), ("is not a directory", "--output")),
+    (("status", "--run", "{tmp}", "--target", "aws"), ("--run shows a run", "one of them")),
+    (("status", "--watch"), ("--watch follows a run", "--run DIR")),
 ]
 
 
