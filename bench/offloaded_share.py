@@ -120,7 +120,7 @@ from core.nexmark.queries import QUERIES, get_query
 from core.plan import Source
 from core.run_output import Existing
 from core.spark.offload_session import OffloadConfig, OffloadSession
-from core.spark.runner import RunConfig, run_query, stream_to_end
+from core.spark.runner import RunConfig, RunHooks, run_query, stream_to_end
 from core.spark.session import SparkConfig, current_jvm, spark_session
 from core.spark.streams import nexmark_sources
 from router.source_router import OFFLOAD, RouteOptions
@@ -352,17 +352,14 @@ def run_sources_only(spark: Any, config: RunConfig) -> int:
     return len(progress)
 
 
-class _SessionHooks:
-    """Keeps the run's offload session, whose agent's totals outlive the run (RunHooks)."""
+class _SessionHooks(RunHooks):
+    """Keeps the run's offload session, whose agent's totals outlive the run."""
 
     def __init__(self) -> None:
         self.session: OffloadSession | None = None
 
     def started(self, spark: Any, session: OffloadSession | None, origin: float) -> None:
         self.session = session
-
-    def stopped(self) -> None:
-        pass
 
 
 def worker_seconds(summary: Mapping[str, Any], agent_totals: Mapping[str, int]) -> tuple[float | None, str]:

@@ -26,6 +26,7 @@ from core.errors import ConfigError, SpongeError
 from core.latency import Epoch
 from core.offload_plan import DEFAULT_OFFLOAD_COST
 from core.run_output import Existing
+from core.spark.runner import RunHooks
 from core.spark.session import MachineMemory, MemoryConfig
 from policy.cost_model import Prices
 
@@ -102,7 +103,7 @@ class PolicyRun:
             )
 
 
-class DrillHooks:
+class DrillHooks(RunHooks):
     """Keeps the epochs as they commit and runs the policy loop (monitoring only for baselines)."""
 
     def __init__(self, run: PolicyRun, schedule: Any, pool: Any = None) -> None:
@@ -225,10 +226,6 @@ class DrillHooks:
             self.loop.stop()
         if self.pool is not None:  # while the application still runs: where its tasks ran
             self.executors = self.pool.executors()
-
-    def summary(self) -> dict[str, Any]:
-        """Nothing for the run's summary: a drill reports its samples in its own result."""
-        return {}
 
     def vm_result(self) -> dict[str, Any]:
         """The VM side's record for the drill: each VM's stamps, the executors' tasks, the actions taken."""

@@ -30,6 +30,7 @@ from core import atomic_write
 from core.latency import Epoch
 from core.run_status import DECISIONS, HISTORY, HISTORY_LINES, LATEST, METRICS, POLICY_DIR, STATUS_DIR
 from core.spark.file_source import list_files
+from core.spark.runner import RunHooks
 
 POLICIES = ("none", "noscaling", "sponge")
 KEEP_SAMPLES = 600  # the loop's own samples a live run keeps (its tallies and files hold the rest)
@@ -289,7 +290,7 @@ class StatusFiles:
 # The live policy
 
 
-class LivePolicy:
+class LivePolicy(RunHooks):
     """RunHooks (core/spark/runner.py) plus a `progress` callback: runs the policy loop while the query
     streams. "sponge" decides the offloaded share and publishes each new plan to the offload session;
     "noscaling" observes and records only (its seconds are what a run without offloading looks like).

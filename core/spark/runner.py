@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from core.errors import ConfigError, SpongeError
 from core.fault_spec import Triggers
@@ -118,8 +118,9 @@ def refuse_state_store(job: Job, state_store: str) -> None:
         )
 
 
-class RunHooks(Protocol):
-    """What a caller (the drill's policy loop) does while the query streams."""
+class RunHooks:
+    """What a caller (a policy loop, a drill) does while the query streams; each step does nothing
+    unless a subclass says otherwise."""
 
     def started(self, spark: Any, session: OffloadSession | None, origin: float) -> None:
         """The query is about to start; `origin` is when the source's pace began (unix seconds)."""
@@ -129,6 +130,7 @@ class RunHooks(Protocol):
 
     def summary(self) -> dict[str, Any]:
         """What the caller adds to the run's summary under "policy" ({} for nothing)."""
+        return {}
 
 
 def run_query(

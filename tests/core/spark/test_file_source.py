@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from pyspark.sql import functions as F
 from pyspark.sql.datasource import InputPartition
@@ -34,6 +35,7 @@ from core.spark.file_source import (
     read_partition,
     register,
     require_entity_dirs,
+    routed_counts,
 )
 from core.spark.jsonl_validation import (
     RecordError,
@@ -128,8 +130,10 @@ def test_nullable_strings_extra_keys_and_bytes_are_accepted() -> None:
             _line(date_time="2100-01-01T00:00:00Z"),
             "field 'date_time': at or after the end-of-stream time 2100-01-01T00:00:00Z",
         ),
-        (_line(date_time=END_OF_STREAM_TIME_US), "field 'date_time': at or after the end-of-stream time "
-         "2100-01-01T00:00:00Z"),
+        (
+            _line(date_time=END_OF_STREAM_TIME_US),
+            "field 'date_time': at or after the end-of-stream time 2100-01-01T00:00:00Z",
+        ),
         ("[1, 2]", "malformed json: expected an object, got array"),
         ("null", "malformed json: expected an object, got null"),
         ('{"auction": 1000, "bidder": ', "malformed json: Expecting value: line 1 column 29 (char 28)"),
@@ -190,7 +194,9 @@ def test_write_jsonl_events_round_trips_through_read_file(tmp_path: Path) -> Non
 
 def test_write_jsonl_events_makes_every_file_even_when_empty(tmp_path: Path) -> None:
     assert write_jsonl_events(GeneratorConfig(seed=0, events=3), tmp_path, files_per_entity=2) == {
-        "person": 1, "auction": 2, "bid": 0,
+        "person": 1,
+        "auction": 2,
+        "bid": 0,
     }
     assert [p.stat().st_size == 0 for p in sorted((tmp_path / "bid").iterdir())] == [True, True]
     with pytest.raises(ConfigError):
@@ -274,7 +280,11 @@ def test_read_partition_adds_the_punctuation_and_ignores_placeholders(tmp_path: 
 def test_options_defaults_and_errors(tmp_path: Path) -> None:
     opts = FileSourceOptions.parse({"PATH": "/data", "Entity": "Auction", "dead_letter": "/dl"})
     assert (opts.path, opts.entity, opts.dead_letter, opts.bounded, opts.max_files_per_batch) == (
-        "/data", "auction", "/dl", True, 64,
+        "/data",
+        "auction",
+        "/dl",
+        True,
+        64,
     )
     assert not FileSourceOptions.parse({"path": "/d", "entity": "bid", "bounded": "FALSE"}).bounded
     for bad in (
@@ -321,7 +331,8 @@ def test_bounded_offsets_end_with_the_punctuation_position(tmp_path: Path) -> No
         start = reader.latestOffset(start, ReadAllAvailable())
         offsets.append(start["files"])
     assert offsets == [2, 4, 4, 4]
-    assert reader.reportLatestOffset() == {"files": 4, "source": "bid"} and bounded_end_offset(tmp_path, "bid") == 4
+    assert reader.reportLatestOffset() == {"files": 4, "source": "bid"}
+    assert bounded_end_offset(tmp_path, "bid") == 4
     assert reader.latestOffset({"files": 0}, ReadMaxFiles(1)) == {"files": 1, "source": "bid"}
     assert _names(reader.partitions({"files": 0}, {"files": 2})) == ["p0.jsonl", "p1.jsonl"]
     assert _names(reader.partitions({"files": 2}, {"files": 4})) == ["p2.jsonl", "EOS"]
@@ -468,8 +479,9 @@ def test_batch_read_has_one_partition_per_file_and_no_punctuation(
 # ---- dirty input through a windowed count, with a replayed batch -----------------------------
 
 
-def _inject(path: Path, edits: dict[int, Callable[[dict[str, Any]], str | None]], inserts: dict[int, str]
-            ) -> tuple[list[tuple[int, str]], list[int]]:
+def _inject(
+    path: Path, edits: dict[int, Callable[[dict[str, Any]], str | None]], inserts: dict[int, str]
+) -> tuple[list[tuple[int, str]], list[int]]:
     """Rewrite a generated bid file: `edits[i]` replaces original line i (None keeps a valid edit),
     `inserts[i]` adds a line before original line i. Returns the bad (line number, reason kind) pairs
     in file order and the date_time (µs) of each original row that no longer counts."""
@@ -521,8 +533,9 @@ def _plus_two_hours(record: dict[str, Any]) -> str:
     return json.dumps({**record, "date_time": f"{stamp[:11]}{hours:02d}{stamp[13:-6]}+02:00"})
 
 
-def _windowed_counts(spark: SparkSession, source_dir: Path, dead_letter: Path, out: Path, chk: Path
-                     ) -> StreamingQuery:
+def _windowed_counts(
+    spark: SparkSession, source_dir: Path, dead_letter: Path, out: Path, chk: Path
+) -> StreamingQuery:
     """Bids per 1 s window, append mode; each micro-batch is written to out/batch-<id>.json, replacing
     an earlier attempt of the same batch (foreachBatch is at-least-once; this makes it idempotent)."""
     counts = (
@@ -625,9 +638,9 @@ def test_dirty_input_goes_to_dead_letters_and_the_windowed_count_keeps_running(
         )
 
     first = letters()
-    assert [(name, line) for name, line, _ in first] == [
-        (bids[1].name, line) for line, _ in bad1
-    ] + [(bids[2].name, line) for line, _ in bad2]
+    assert [(name, line) for name, line, _ in first] == [(bids[1].name, line) for line, _ in bad1] + [
+        (bids[2].name, line) for line, _ in bad2
+    ]
     reasons = [reason for _, _, reason in first]
     assert reasons[0].startswith("malformed json: Expecting value")
     assert reasons[1:] == [
@@ -636,9 +649,15 @@ def test_dirty_input_goes_to_dead_letters_and_the_windowed_count_keeps_running(
         "field 'price': must be >= 0, got -5",
         "field 'date_time': must not be null",
     ]
-    summary = {"count": 5, "by_reason": {
-        "field 'date_time'": 1, "field 'price'": 2, "malformed json": 1, "missing field 'price'": 1,
-    }}
+    summary = {
+        "count": 5,
+        "by_reason": {
+            "field 'date_time'": 1,
+            "field 'price'": 2,
+            "malformed json": 1,
+            "missing field 'price'": 1,
+        },
+    }
     assert dead_letter_summary(dead) == summary
     assert sorted(p.name for p in (dead / "bid").iterdir()) == [bids[1].name, bids[2].name]
 
@@ -658,3 +677,70 @@ def test_dirty_input_goes_to_dead_letters_and_the_windowed_count_keeps_running(
     assert dead_letter_summary(dead) == summary
     assert _results(out) == expected_counts  # the replayed batches replaced their own output
     assert sorted(os.listdir(dead / "bid")) == [bids[1].name, bids[2].name]  # no temporary leftovers
+
+
+# ---------------------------------------------------------------------------------------------
+# Routed reads: the VM's share of a file and the workers'
+
+
+def _routed_reader(tmp_path: Path, route: str, files: int) -> FileStreamReader:
+    from datetime import UTC, datetime, timedelta
+
+    from core.file_schema import FileSchema
+    from core.job import write_source_file
+
+    at = datetime(2026, 11, 26, tzinfo=UTC)
+    for part in range(files):
+        rows = ({"n": part * 1000 + i, "at": at + timedelta(seconds=part * 100 + i)} for i in range(100))
+        write_source_file(tmp_path / "in", "tick", part, rows)
+    schema = FileSchema("tick", (("n", "int64"), ("at", "timestamp")), "at")
+    options = {"path": str(tmp_path / "in"), "schema": schema.to_option(), "bounded": "false"}
+    options |= {"route": route, "offload_dir": str(tmp_path / "offload")}
+    return FileStreamReader(FileSourceOptions.parse(options))
+
+
+def test_each_file_keeps_the_plan_it_was_first_routed_by(tmp_path: Path) -> None:
+    """A replayed batch plans its files as the first attempt did; a new plan routes only new files."""
+    from core.offload_plan import OffloadPlan
+    from router.routing_log import write_current_plan
+
+    reader = _routed_reader(tmp_path, "local", 3)
+    half, most = OffloadPlan.of_share(1, 0.5, 2), OffloadPlan.of_share(2, 0.9, 2)
+    write_current_plan(tmp_path / "offload", half)
+    first = reader.partitions({"files": 0}, {"files": 2})
+    write_current_plan(tmp_path / "offload", most)
+    replayed = reader.partitions({"files": 0}, {"files": 2})
+    later = reader.partitions({"files": 2}, {"files": 3})
+    assert first == replayed
+    assert [(p.index, [s.plan for s in p.segments]) for p in first + later] == [  # type: ignore[attr-defined]
+        (0, [half]),
+        (1, [half]),
+        (2, [most]),
+    ]
+
+
+def test_the_two_routes_of_a_file_split_its_records_by_their_numbers(tmp_path: Path) -> None:
+    """The VM's read keeps exactly the records the plan's share leaves it (record `row` of file `i`
+    numbered i << 32 | row), notes the file's counts, and ends with a heartbeat at its last event."""
+    from datetime import UTC, datetime
+
+    import numpy as np
+
+    from core.offload_plan import OffloadPlan, record_units
+    from router.routing_log import write_current_plan
+    from router.source_router import HEARTBEAT
+
+    reader = _routed_reader(tmp_path, "local", 2)
+    plan = OffloadPlan.of_share(1, 0.5, 2)
+    write_current_plan(tmp_path / "offload", plan)
+    (_, partition) = reader.partitions({"files": 0}, {"files": 2})
+    table = pa.Table.from_batches(list(reader.read(partition)))
+    records = table.filter(pc.is_null(table[HEARTBEAT]))
+    ids = (1 << 32) | np.arange(100, dtype=np.int64)
+    sent = record_units(ids) < 0.5  # the plan's record share, the generator's hash
+    assert 0 < sent.sum() < 100
+    assert records["n"].to_pylist() == [1000 + i for i in range(100) if not sent[i]]
+    beats = table.filter(pc.is_valid(table[HEARTBEAT]))
+    last_us = int(datetime(2026, 11, 26, 0, 3, 19, tzinfo=UTC).timestamp()) * 1_000_000  # file 1's row 99
+    assert beats["at"].cast(pa.int64()).to_pylist() == [last_us]
+    assert routed_counts(tmp_path / "offload", ["tick"]) == (100, int(sent.sum()))

@@ -23,6 +23,7 @@ from core.errors import ConfigError
 from core.nexmark.generator import GeneratorConfig
 from core.results import diff_results, read_results
 from core.run_output import Existing
+from core.spark.offload_session import OffloadConfig
 from core.spark.runner import RunConfig, run_query
 
 pytestmark = pytest.mark.spark
@@ -104,7 +105,11 @@ def _site_temperatures(input_dir: Path) -> pa.Table:
     )
 
 
-def test_a_job_joining_two_of_its_own_sources_equals_the_computation_in_python(spark, tmp_path: Path) -> None:
+def test_a_job_joining_two_of_its_own_sources_offloaded_equals_the_computation_in_python(
+    spark, tmp_path: Path
+) -> None:
+    """Half of each source's records go to the workers, which run the join's and the windowed
+    statistics' transient operators; the VM merges their partials with its own."""
     _example("site_temperatures").write_readings(str(tmp_path / "in"), 9_000, devices=60, rate=300.0, files=6)
     config = RunConfig(
         query=f"{EXAMPLES / 'site_temperatures.py'}:job",
@@ -112,11 +117,14 @@ def test_a_job_joining_two_of_its_own_sources_equals_the_computation_in_python(s
         output=tmp_path / "out",
         input=tmp_path / "in",
         max_files_per_batch=2,  # the readings span several epochs; the join's state carries across them
+        offload=OffloadConfig(share=0.5),
     )
     summary = run_query(config)
     expected = _site_temperatures(tmp_path / "in")
     actual = read_results(tmp_path / "out")
     assert expected.num_rows > 0 and summary["epochs"] >= 3
+    assert summary["records_in"] == 9_000 + 54 and 0 < summary["records_routed_to_workers"] < 9_054
+    assert summary["operators_offloaded"]["window_join4"] == summary["records_routed_to_workers"]
     assert diff_results(actual.select(expected.column_names), expected) is None, diff_results(
         actual, expected
     )

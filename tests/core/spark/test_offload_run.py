@@ -23,7 +23,7 @@ from core.nexmark.schedule import RateSchedule
 from core.offload_chains import offload_chains
 from core.results import diff_results, read_results
 from core.spark.offload_session import OffloadConfig
-from core.spark.runner import RunConfig, run_query
+from core.spark.runner import RunConfig, RunHooks, run_query
 from merge.sliding_top_k import fused_top_ks
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -44,15 +44,12 @@ OFFLOAD_FIELDS = {
 }
 
 
-class _SecretSeen:
+class _SecretSeen(RunHooks):
     """Run hooks that note the run's secret while it runs."""
 
     def started(self, spark, session, origin) -> None:  # type: ignore[no-untyped-def]
         self.file = session.secret_file
         self.secret = self.file.read_bytes().strip()
-
-    def stopped(self) -> None:
-        pass
 
 
 def _run(
