@@ -108,6 +108,15 @@ def is_file_ref(ref: str) -> bool:
     return ":" in ref or ref.endswith(".py")
 
 
+def canonical_ref(ref: str) -> str:
+    """`ref` as a resumed run compares it: a job file's absolute path and its NAME (NAME defaults to
+    `job`), so `examples/x.py` and `/home/me/examples/x.py:job` are the same job; a query as it is."""
+    if not is_file_ref(ref):
+        return ref
+    path_text, _, attr = ref.rpartition(":") if ":" in ref else (ref, ":", "job")
+    return f"{Path(path_text).resolve()}:{attr}"
+
+
 def load(ref: str, params: QueryParams | None = None) -> Job:
     """The job `ref` names: `FILE.py:NAME` (the `Job` a file defines as NAME), or a built-in query
     with its window parameters `params` (a job file sets its own windows in its code)."""

@@ -23,7 +23,7 @@ from typing import Any
 
 from core.errors import ConfigError, SpongeError
 from core.fault_spec import Triggers
-from core.job import Job, is_file_ref, load
+from core.job import Job, canonical_ref, is_file_ref, load
 from core.nexmark.generator import GeneratorConfig, event_ids
 from core.nexmark.params import QueryParams
 from core.offload_chains import OffloadChain, offload_chains
@@ -92,7 +92,7 @@ class RunConfig:
         """What fixes the run's results: a resumed run must be the same job (core/run_output.py)."""
         generated = self.input is None  # the generator's settings mean nothing to a run of files
         return {
-            "query": self.query,
+            "query": canonical_ref(self.query),
             "events": self.generator.events if generated else None,
             "seed": self.generator.seed if generated else None,
             "schedule": self.generator.schedule.text() if generated else None,

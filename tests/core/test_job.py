@@ -120,3 +120,16 @@ def test_the_readmes_own_job_compiles(tmp_path: Path) -> None:
     path.write_text(snippet)
     job = load(f"{path}:job")
     assert job.name == "busy_pages" and offload_chains(job.plan())
+
+
+def test_a_job_file_is_the_same_job_however_it_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A resumed run compares its job by this: relative or absolute, with or without `:job`."""
+    from core.job import canonical_ref
+
+    (tmp_path / "mine.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    same = {canonical_ref(r) for r in ("mine.py", "mine.py:job", f"{tmp_path}/mine.py", "./mine.py:job")}
+    assert same == {f"{tmp_path.resolve()}/mine.py:job"}
+    assert canonical_ref("mine.py:other") != canonical_ref("mine.py") and canonical_ref("q5") == "q5"
