@@ -9,6 +9,10 @@ source allows a null in every column except its event time, which the watermark 
 an event time at or after the end-of-stream punctuation is refused, because it would close every
 window at once.
 
+A source's files are in one format, JSON lines (the default, and NEXMark's) or Parquet: the format
+decides the files' suffix, which files the source lists, how their records are counted and how one
+is read (core/spark/jsonl_validation.py `read_file`). The rules above hold for both formats.
+
 A schema travels to Spark's Python workers as a data source option (`to_option`), as JSON.
 """
 
@@ -30,6 +34,8 @@ KINDS = {
     "timestamp": (pa.timestamp("us", tz="UTC"), "TIMESTAMP"),
 }
 NEXMARK_EVENT_TIME = "date_time"
+FORMATS = {"jsonl": ".jsonl", "parquet": ".parquet"}
+"""A source's file formats, each with the suffix its complete files have."""
 
 
 @dataclass(frozen=True)
@@ -38,8 +44,14 @@ class FileSchema:
     columns: tuple[tuple[str, str], ...]  # (column, kind), kinds from KINDS
     event_time: str
     strict: bool = False  # NEXMark's rules: integers non-negative and never null, only strings nullable
+    format: str = "jsonl"  # of its files: a FORMATS name
 
     def __post_init__(self) -> None:
+        if self.format not in FORMATS:
+            raise ConfigError(
+                f"source {self.name!r}: unknown file format {self.format!r}",
+                hint=f"known: {', '.join(FORMATS)}",
+            )
         unknown = [k for _, k in self.columns if k not in KINDS]
         if unknown:
             raise ConfigError(
@@ -56,6 +68,11 @@ class FileSchema:
         kinds = {t: k for k, (t, _) in KINDS.items()}
         columns = tuple((f.name, kinds[f.type]) for f in fields)
         return cls(entity, columns, NEXMARK_EVENT_TIME, strict=True)
+
+    @property
+    def suffix(self) -> str:
+        """The suffix of the source's complete files: `.jsonl` or `.parquet`."""
+        return FORMATS[self.format]
 
     def nullable(self, column: str, kind: str) -> bool:
         if column == self.event_time:
@@ -88,7 +105,13 @@ class FileSchema:
 
     def to_option(self) -> str:
         return json.dumps(
-            {"name": self.name, "columns": self.columns, "event_time": self.event_time, "strict": self.strict}
+            {
+                "name": self.name,
+                "columns": self.columns,
+                "event_time": self.event_time,
+                "strict": self.strict,
+                "format": self.format,
+            }
         )
 
     @classmethod
@@ -100,6 +123,7 @@ class FileSchema:
                 tuple((str(c), str(k)) for c, k in data["columns"]),
                 str(data["event_time"]),
                 bool(data.get("strict", False)),
+                str(data.get("format", "jsonl")),
             )
         except (ValueError, KeyError, TypeError) as e:
             raise ConfigError(f"the file source's schema option is malformed: {e}") from None

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from core.errors import ConfigError, PlanError
 from core.expr import DType, col, lit
-from core.file_schema import KINDS, FileSchema
+from core.file_schema import FORMATS, KINDS, FileSchema
 from core.nexmark.params import QueryParams
 from core.plan import LogicalPlan, WindowSpec
 from core.query import QueryBuilder, Stream, agg
@@ -45,9 +45,16 @@ class Job:
         self._builder = QueryBuilder(name)
         self._fixed: LogicalPlan | None = None  # a built-in job's plan, built by its own builder
 
-    def source(self, name: str, columns: Mapping[str, DType | str], *, event_time: str) -> Stream:
+    def source(
+        self, name: str, columns: Mapping[str, DType | str], *, event_time: str, format: str = "jsonl"
+    ) -> Stream:
         """A stream of the records of source `name`: `columns` maps each column to its type (int64,
-        float64, string, bool, timestamp); `event_time` names the timestamp column it is ordered by."""
+        float64, string, bool, timestamp); `event_time` names the timestamp column it is ordered by;
+        `format` is its files' format, "jsonl" (INPUT/NAME/*.jsonl) or "parquet" (INPUT/NAME/*.parquet)."""
+        if format not in FORMATS:
+            raise ConfigError(
+                f"source {name!r} has unknown file format {format!r}", hint=f"known: {', '.join(FORMATS)}"
+            )
         if name in self.sources:
             raise PlanError(f"job {self.name!r} has a source {name!r} already")
         if not name.isidentifier() or not name.islower():
@@ -61,7 +68,9 @@ class Job:
                 f"source {name!r}: event_time {event_time!r} is not one of its timestamp columns",
                 hint=f"its timestamp columns: {', '.join(timestamps) or 'none (add one)'}",
             )
-        self.sources[name] = FileSchema(name, tuple((c, t.value) for c, t in typed.items()), event_time)
+        self.sources[name] = FileSchema(
+            name, tuple((c, t.value) for c, t in typed.items()), event_time, format=format
+        )
         return self._builder.source(name, typed)
 
     def plan(self) -> LogicalPlan:
@@ -78,25 +87,40 @@ def _dtype(column: str, t: DType | str) -> DType:
 
 
 def write_source_file(
-    input_dir: str | Path, source: str, part: int, rows: Iterable[Mapping[str, object]]
+    input_dir: str | Path,
+    source: str,
+    part: int,
+    rows: Iterable[Mapping[str, object]],
+    *,
+    format: str = "jsonl",
 ) -> Path:
-    """Write `rows` as INPUT_DIR/SOURCE/part-NNNNN.jsonl, whole: under a hidden name first, then renamed,
-    so a run reading the directory never sees half a file; a datetime is written in ISO-8601. For a
-    job's own data generators."""
+    """Write `rows` as INPUT_DIR/SOURCE/part-NNNNN.jsonl (or .parquet), whole: under a hidden name first,
+    then renamed (core/atomic_write.py), so a run reading the directory never sees half a file. For a
+    job's own data generators. In JSON lines a datetime is written in ISO-8601; in Parquet each
+    column's type is inferred from its values (Python ints int64, floats float64, datetimes timestamps:
+    give them a timezone, since a reader takes a timestamp without one as UTC)."""
     import json
     from datetime import datetime
+
+    from core import atomic_write
+
+    if format not in FORMATS:
+        raise ConfigError(f"unknown file format {format!r}", hint=f"known: {', '.join(FORMATS)}")
+    final = Path(input_dir) / source / f"part-{part:05d}{FORMATS[format]}"
+    if format == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        table = pa.Table.from_pylist(list(rows))
+        atomic_write.write_atomically(final, lambda tmp: pq.write_table(table, tmp))
+        return final
 
     def plain(value: object) -> object:
         if isinstance(value, datetime):
             return value.isoformat()
         raise TypeError(f"no JSON form for {value!r}")
 
-    target = Path(input_dir) / source
-    target.mkdir(parents=True, exist_ok=True)
-    final = target / f"part-{part:05d}.jsonl"
-    tmp = target / f".{final.name}.tmp"
-    tmp.write_text("".join(json.dumps(r, default=plain) + "\n" for r in rows))
-    tmp.rename(final)
+    atomic_write.write_text(final, "".join(json.dumps(r, default=plain) + "\n" for r in rows))
     return final
 
 
@@ -139,8 +163,9 @@ def load(ref: str, params: QueryParams | None = None) -> Job:
 
 
 def _import(path: Path) -> object:
-    """The job file run as a module of its own. A PlanError it raises is the user's mistake and passes
-    as it is, with the file's line; any other failure is said in one line with its place."""
+    """The job file run as a module of its own. A PlanError or ConfigError it raises is the user's
+    mistake and passes as it is, with the file's line; any other failure is said in one line with its
+    place."""
     name = f"sponge_job_{abs(hash(path.resolve()))}"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
@@ -149,8 +174,8 @@ def _import(path: Path) -> object:
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
-    except PlanError as e:
-        raise PlanError(f"{_where(e, path)}{e.message}", hint=e.hint) from None
+    except (PlanError, ConfigError) as e:  # ours, raised on the user's line: keep its hint
+        raise type(e)(f"{_where(e, path)}{e.message}", hint=e.hint) from None
     except Exception as e:  # the user's own code: say where, not a traceback of ours
         raise ConfigError(
             f"{_where(e, path)}{type(e).__name__}: {e}", hint=f"fix {path.name}, then run the command again"

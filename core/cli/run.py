@@ -294,7 +294,11 @@ def live_policy(
         policy,
         config.output,
         backlog_for(
-            config.input, list(job.sources), config.follow, config.generator.schedule, config.generator.events
+            config.input,
+            list(job.sources.values()),
+            config.follow,
+            config.generator.schedule,
+            config.generator.events,
         ),
         per_core_rate=per_core_rate or profile.per_core_rate or DEFAULT_PER_CORE_RATE,
         rho=rho or profile.rho or DEFAULT_RHO,

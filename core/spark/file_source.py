@@ -1,5 +1,5 @@
-"""The "nexmark-files" PySpark data source: the records of one source read from JSON-lines files, a
-NEXMark entity's or those of a source of a user's job (core/job.py) with its own schema.
+"""The "nexmark-files" PySpark data source: the records of one source read from JSON-lines (or Parquet)
+files, a NEXMark entity's or those of a source of a user's job (core/job.py) with its own schema.
 
 Why a second source: real inputs arrive as files (or from a broker) and are not trustworthy, unlike
 the generator of core/spark/source.py. One malformed or schema-violating line must not fail the
@@ -13,9 +13,11 @@ entity's: docs/queries.md, "Events"). Timestamps are ISO-8601 strings with a tim
 microseconds. Names starting
 with "." or "_" are skipped, so a writer can write `.name.tmp` and rename it into place: a file must be
 complete once it has its `.jsonl` name. Blank lines are ignored; keys that are not columns are ignored.
+A user's source may be Parquet instead (`FileSchema.format`): `PATH/<source>/*.parquet`, listed by
+the same rules, read by core/spark/parquet_read.py.
 
-Each line is validated on its own and a bad one goes to a dead-letter file with the reason, as
-core/spark/jsonl_validation.py says (the contract, the dead-letter layout, why replays are safe).
+Each line (or Parquet row) is validated on its own and a bad one goes to a dead-letter file with the
+reason, as core/spark/jsonl_validation.py says (the contract, the dead-letter layout, why replays are safe).
 
 Offsets are `{"files": k, "source": name}`: the first k files, sorted by name, have been consumed.
 Bounded mode (default) fixes the file list when the stream reader starts; position `len(files)` (one
@@ -58,7 +60,7 @@ from core.direct_sink import DIRECT_SINK_TAG
 from core.errors import ConfigError, InputError
 from core.file_schema import FileSchema
 from core.nexmark.schema import END_OF_STREAM_TIME_US, check_entity
-from core.spark.jsonl_validation import FILE_SUFFIX, read_file
+from core.spark.jsonl_validation import read_file
 from router.source_router import LOCAL, RouteOptions
 
 if TYPE_CHECKING:
@@ -146,14 +148,15 @@ class FileSourceOptions:
         return Path(self.path) / self.entity
 
 
-def list_files(entity_dir: Path) -> list[str]:
-    """The complete `*.jsonl` files of `entity_dir`, sorted by name (absolute paths); [] if it is missing."""
+def list_files(entity_dir: Path, suffix: str) -> list[str]:
+    """The complete files of `entity_dir` (their names end in `suffix`, the source's `FileSchema.suffix`,
+    and start with neither "." nor "_"), sorted by name (absolute paths); [] if it is missing."""
     if not entity_dir.is_dir():
         return []
     names = sorted(
         p.name
         for p in entity_dir.iterdir()
-        if p.name.endswith(FILE_SUFFIX) and not p.name.startswith((".", "_")) and p.is_file()
+        if p.name.endswith(suffix) and not p.name.startswith((".", "_")) and p.is_file()
     )
     return [str(entity_dir.absolute() / name) for name in names]
 
@@ -163,7 +166,7 @@ def _require_dir(options: FileSourceOptions) -> None:
     if options.bounded and not options.entity_dir.is_dir():
         raise InputError(
             f"no {options.entity} directory at {options.entity_dir}",
-            hint=f"point path at a directory with {options.entity}/ holding *.jsonl files"
+            hint=f"point path at a directory with {options.entity}/ holding *{options.source.suffix} files"
             + ("; core.nexmark.jsonl.write_jsonl_events writes that layout" if options.source.strict else ""),
         )
 
@@ -279,7 +282,7 @@ class FileBatchReader(DataSourceReader):
     def __init__(self, options: FileSourceOptions) -> None:
         _require_dir(options)
         self.options = options
-        self.files = list_files(options.entity_dir)
+        self.files = list_files(options.entity_dir, options.source.suffix)
 
     def partitions(self) -> list[InputPartition]:
         return [FilePartition(path) for path in self.files]
@@ -297,14 +300,16 @@ class FileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # Offset k means the first k entries of this list. Listed once here (a restart rebuilds it from
         # the sorted listing); in unbounded mode later arrivals are appended in name order, so a file
         # that sorts before consumed ones is still read exactly once in this process.
-        self.files: list[str] = list_files(options.entity_dir)
+        self.files: list[str] = list_files(options.entity_dir, options.source.suffix)
         self._known = set(self.files)
         self._target: int | None = None  # Trigger.AvailableNow's fixed end, if any
 
     def _refresh(self) -> None:
         if self.options.bounded:
             return
-        new = [f for f in list_files(self.options.entity_dir) if f not in self._known]
+        new = [
+            f for f in list_files(self.options.entity_dir, self.options.source.suffix) if f not in self._known
+        ]
         self.files.extend(new)
         self._known.update(new)
 
@@ -352,7 +357,8 @@ class FileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             raise InputError(
                 f"the checkpoint says {hi} {self.options.entity} files were reached, "
                 f"but {self.options.entity_dir} holds {n}",
-                hint="consumed *.jsonl files must stay in place; restore them or start from a new checkpoint",
+                hint=f"consumed *{self.options.source.suffix} files must stay in place; restore them or "
+                "start from a new checkpoint",
             )
         segments = self._plan(lo, hi)
         parts: list[InputPartition] = [
@@ -431,7 +437,7 @@ def require_entity_dirs(path: str | Path, sources: Sequence[FileSchema | str]) -
     surface as a StreamingQueryException instead of a one-line InputError.
     """
     schemas = [s if isinstance(s, FileSchema) else FileSchema.nexmark(s) for s in sources]
-    missing = list(dict.fromkeys(s.name for s in schemas if not (Path(path) / s.name).is_dir()))
+    missing = {s.name: s.suffix for s in schemas if not (Path(path) / s.name).is_dir()}
     if missing:
         writer = (
             "; core.nexmark.jsonl.write_jsonl_events writes that layout"
@@ -440,10 +446,10 @@ def require_entity_dirs(path: str | Path, sources: Sequence[FileSchema | str]) -
         )
         raise InputError(
             f"input {path} has no {', '.join(missing)} director{'y' if len(missing) == 1 else 'ies'}",
-            hint=f"put {', '.join(f'{e}/*.jsonl' for e in missing)} under it{writer}",
+            hint=f"put {', '.join(f'{e}/*{suffix}' for e, suffix in missing.items())} under it{writer}",
         )
 
 
 def bounded_end_offset(path: str | Path, entity: str) -> int:
     """The last offset of a bounded stream over `path`: its file count plus the punctuation position."""
-    return len(list_files(Path(path) / check_entity(entity))) + 1
+    return len(list_files(Path(path) / check_entity(entity), FileSchema.nexmark(entity).suffix)) + 1

@@ -20,6 +20,12 @@ text). The name depends only on the input file and the file is replaced atomical
 rename), so a replayed partition (a task retry, a batch re-run after a restart) overwrites its dead
 letters instead of duplicating them; a file without bad lines removes any stale dead-letter file.
 The dead-letter directory must be visible to the executors (trivially so with a local master).
+
+A Parquet source's file (core/file_schema.py `format`) is read by `read_file` too, which dispatches
+on the format, so that file_source.py has one entry point and both formats keep this contract:
+core/spark/parquet_read.py says which of its rows are valid, and why the others or the whole file are
+not; its letters are `{"file", "row", "reason", "record"}` (row from 1, or null for a file rejected
+whole, with a null record), under the same name, so `dead_letter_summary` counts them alike.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from core import atomic_write
 from core.errors import InputError
 from core.file_schema import FileSchema
 from core.nexmark.schema import END_OF_STREAM_TIME_US
+from core.spark import parquet_read
 
 Schema = FileSchema | str  # a NEXMark entity's name stands for its schema
 
@@ -240,21 +247,28 @@ def _to_batch(source: FileSchema, rows: list[tuple[Any, ...]]) -> pa.RecordBatch
 def read_file(
     input_file: str | Path, schema: Schema, dead_letter_dir: str | Path, batch_rows: int = BATCH_ROWS
 ) -> Iterator[pa.RecordBatch]:
-    """The valid rows of one JSONL file as Arrow batches of the source's schema; bad lines to dead letters.
+    """The valid rows of one input file (JSON lines, or Parquet for a Parquet source) as Arrow batches of
+    the source's schema; bad lines, rows or files to dead letters.
 
     The dead-letter file is written once the whole file has been read (a partially consumed iterator
     writes none, since its letters would be incomplete); it is replaced, never appended to.
     """
     source = _schema(schema)
-    letters: list[dict[str, Any]] = []
+    target = dead_letter_file(dead_letter_dir, source.name, input_file)
+    if source.format == "parquet":
+        try:
+            table, letters = parquet_read.read_table(input_file, source)
+        except FileNotFoundError:
+            raise _disappeared(input_file, source) from None
+        yield from (b for b in table.to_batches(max_chunksize=batch_rows) if b.num_rows)
+        write_dead_letters(target, letters)
+        return
+    letters = []
     rows: list[tuple[Any, ...]] = []
     try:
         handle = open(input_file, "rb")  # noqa: SIM115 - closed by the with below; open errors are clearer
     except FileNotFoundError:
-        raise InputError(
-            f"input file {input_file} disappeared before it was read",
-            hint="do not move or delete *.jsonl files under the source path while a query reads them",
-        ) from None
+        raise _disappeared(input_file, source) from None
     with handle:
         for number, raw in enumerate(handle, start=1):
             line = raw.rstrip(b"\r\n")
@@ -279,14 +293,21 @@ def read_file(
                 rows = []
     if rows:
         yield _to_batch(source, rows)
-    write_dead_letters(dead_letter_file(dead_letter_dir, source.name, input_file), letters)
+    write_dead_letters(target, letters)
+
+
+def _disappeared(input_file: str | Path, source: FileSchema) -> InputError:
+    return InputError(
+        f"input file {input_file} disappeared before it was read",
+        hint=f"do not move or delete *{source.suffix} files under the source path while a query reads them",
+    )
 
 
 def dead_letter_summary(dead_letter_dir: str | Path) -> dict[str, Any]:
     """`{"count": n, "by_reason": {reason_kind: n}}` over every dead letter under `dead_letter_dir`.
 
-    Counts lines of `<entity>/*.jsonl`, so temporary files of a write in progress are never counted;
-    a missing directory means no dead letters.
+    Counts lines of `<source>/*.jsonl` (a Parquet source's letters too), so temporary files of a write
+    in progress are never counted; a missing directory means no dead letters.
     """
     kinds: Counter[str] = Counter()
     root = Path(dead_letter_dir)

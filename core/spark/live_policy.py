@@ -9,9 +9,9 @@ The rules both share (the Monitor over the Spark JVM, an epoch from a progress e
 gauges) live here once; core/drill/run_policy.py uses them.
 
 The backlog is in records: `released()` what the sources have made available, `committed()` what
-finished epochs have read. For files, a file counts once it has its `.jsonl` name (a writer renames
-it into place when it is whole), with core/spark/file_source.py's own listing, so what is counted is
-what the source reads.
+finished epochs have read. For files, a file counts once it has its `.jsonl` (or `.parquet`) name (a
+writer renames it into place when it is whole), with core/spark/file_source.py's own listing, so what
+is counted is what the source reads.
 """
 
 from __future__ import annotations
@@ -27,9 +27,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from core import atomic_write
+from core.file_schema import FORMATS, FileSchema
 from core.latency import Epoch
 from core.run_status import DECISIONS, HISTORY, HISTORY_LINES, LATEST, METRICS, POLICY_DIR, STATUS_DIR
 from core.spark.file_source import list_files
+from core.spark.parquet_read import count_rows
 from core.spark.runner import RunHooks
 
 POLICIES = ("none", "noscaling", "sponge")
@@ -120,35 +122,41 @@ class Backlog(Protocol):
 
 
 class FileBacklog:
-    """The backlog of a run over `--input DIR`: lines of the complete files under DIR/<source>/.
+    """The backlog of a run over `--input DIR`: records of the complete files under DIR/<source>/ (a
+    source is its FileSchema, or a JSON-lines source's name).
 
-    `committed` counts, per source, the lines of its first k sorted files, k being the highest
+    `committed` counts, per source, the records of its first k sorted files, k being the highest
     `endOffset["files"]` a progress event reported for it (a routed run reads each source twice, over
-    the same offsets). Each file's lines are counted once and kept (files are immutable once named).
+    the same offsets). Each file's records are counted once and kept (files are immutable once named).
     Without `follow` the source fixed its file list when it started, so files arriving later are not
     released: `freeze()` takes the listing then.
     """
 
-    def __init__(self, root: Path, sources: Iterable[str], follow: bool = True) -> None:
+    def __init__(self, root: Path, sources: Iterable[FileSchema | str], follow: bool = True) -> None:
         self.root = root
-        self.sources = tuple(sources)
+        formats = [(s, "jsonl") if isinstance(s, str) else (s.name, s.format) for s in sources]
+        self.sources = tuple(name for name, _ in formats)
+        self._formats = dict(formats)  # each source's file format: its files' suffix and how to count them
         self.follow = follow
-        self._lines: dict[str, int] = {}
+        self._records: dict[str, int] = {}
         self._frozen: dict[str, list[str]] | None = None
         self._read: dict[str, int] = dict.fromkeys(self.sources, 0)  # files committed, per source
 
     def freeze(self) -> None:
         if not self.follow:
-            self._frozen = {s: list_files(self.root / s) for s in self.sources}
+            self._frozen = {s: self._list(s) for s in self.sources}
+
+    def _list(self, source: str) -> list[str]:
+        return list_files(self.root / source, FORMATS[self._formats[source]])
 
     def _files(self, source: str) -> list[str]:
-        return self._frozen[source] if self._frozen is not None else list_files(self.root / source)
+        return self._frozen[source] if self._frozen is not None else self._list(source)
 
-    def _count(self, path: str) -> int:
-        n = self._lines.get(path)
+    def _count(self, source: str, path: str) -> int:
+        n = self._records.get(path)
         if n is None:
-            n = count_lines(Path(path))
-            self._lines[path] = n
+            n = count_records(Path(path), self._formats[source])
+            self._records[path] = n
         return n
 
     def on_progress(self, p: Mapping[str, Any]) -> None:
@@ -158,11 +166,17 @@ class FileBacklog:
                 self._read[end["source"]] = max(self._read[end["source"]], int(end["files"]))
 
     def released(self) -> int:
-        return sum(self._count(f) for s in self.sources for f in self._files(s))
+        return sum(self._count(s, f) for s in self.sources for f in self._files(s))
 
     def committed(self) -> int:
         # The bounded source's last offset is one past its last file (the end-of-stream punctuation).
-        return sum(self._count(f) for s in self.sources for f in self._files(s)[: self._read[s]])
+        return sum(self._count(s, f) for s in self.sources for f in self._files(s)[: self._read[s]])
+
+
+def count_records(path: Path, format: str) -> int:
+    """The records a complete file of `format` holds (a FileSchema's): a JSON-lines file's lines, a
+    Parquet file's rows from its footer; 0 if it has gone."""
+    return count_rows(path) if format == "parquet" else count_lines(path)
 
 
 def count_lines(path: Path) -> int:
@@ -488,7 +502,7 @@ class LivePolicy(RunHooks):
 
 
 def backlog_for(
-    input_dir: Path | None, sources: Sequence[str], follow: bool, schedule: Any, events: int
+    input_dir: Path | None, sources: Sequence[FileSchema | str], follow: bool, schedule: Any, events: int
 ) -> Backlog:
     """The backlog of a run: its input files, or its generated schedule."""
     if input_dir is not None:

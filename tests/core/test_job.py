@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from core.errors import ConfigError, PlanError
-from core.job import Job, load
+from core.job import Job, load, write_source_file
 from core.nexmark.queries import QUERIES
 from core.offload_chains import offload_chains
 from core.plan_codec import plan_to_json
@@ -74,6 +74,11 @@ def test_the_nexmark_queries_are_built_in_jobs(name: str) -> None:
         (('agg("count")', 'agg("median")'), PlanError, ["job.py:5:", "'median'", "count"]),
         (('"user": "int64"', '"user": "long"'), PlanError, ["job.py:4:", "'long'", "int64"]),
         (('event_time="at"', 'event_time="url"'), PlanError, ["job.py:4:", "'url'", "timestamp columns: at"]),
+        (
+            ('event_time="at"', 'event_time="at", format="csv"'),
+            ConfigError,
+            ["job.py:4:", "'csv'", "jsonl, parquet"],
+        ),
         ((".sink()", ""), PlanError, ["'clicks' has no sink"]),
         (("job = Job", "job = (Job"), ConfigError, ["job.py:"]),
         (("from core.job", "import nothing_here\nfrom core.job"), ConfigError, ["job.py:1:", "nothing_here"]),
@@ -133,3 +138,31 @@ def test_a_job_file_is_the_same_job_however_it_is_named(
     same = {canonical_ref(r) for r in ("mine.py", "mine.py:job", f"{tmp_path}/mine.py", "./mine.py:job")}
     assert same == {f"{tmp_path.resolve()}/mine.py:job"}
     assert canonical_ref("mine.py:other") != canonical_ref("mine.py") and canonical_ref("q5") == "q5"
+
+
+def _in_format(format: str) -> str:
+    return GOOD.replace('event_time="at"', f'event_time="at", format="{format}"')
+
+
+def test_a_source_may_be_parquet_files(tmp_path: Path) -> None:
+    job = load(f"{_file(tmp_path, _in_format('parquet'))}:job")
+    assert job.sources["click"].format == "parquet" and job.sources["click"].suffix == ".parquet"
+    assert load(f"{_file(tmp_path, GOOD)}:job").sources["click"].format == "jsonl"
+
+
+@pytest.mark.parametrize("format", ["jsonl", "parquet"])
+def test_write_source_file_writes_a_whole_file_a_reader_reads_back(tmp_path: Path, format: str) -> None:
+    from datetime import UTC, datetime
+
+    from core.spark.jsonl_validation import read_file
+
+    at = datetime(2026, 11, 26, 0, 0, 0, 7000, tzinfo=UTC)
+    rows = [{"user": 1, "url": "/a", "at": at}, {"user": None, "url": "/b", "at": at}]
+    path = write_source_file(tmp_path / "in", "click", 3, rows, format=format)
+    assert path == tmp_path / "in" / "click" / f"part-00003.{format}"
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left
+    source = load(f"{_file(tmp_path, _in_format(format))}:job").sources["click"]
+    read = [r for b in read_file(path, source, tmp_path / "dl") for r in b.to_pylist()]
+    assert read == rows and not (tmp_path / "dl").exists()
+    with pytest.raises(ConfigError, match="'csv'"):
+        write_source_file(tmp_path / "in", "click", 4, rows, format="csv")

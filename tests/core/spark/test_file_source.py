@@ -181,7 +181,7 @@ def test_write_jsonl_events_round_trips_through_read_file(tmp_path: Path) -> Non
     counts = write_jsonl_events(config, tmp_path, files_per_entity=3)
     assert counts == {"person": 60, "auction": 180, "bid": 2760}
     for entity in ENTITIES:
-        files = list_files(tmp_path / entity)
+        files = list_files(tmp_path / entity, ".jsonl")
         assert [Path(f).name for f in files] == ["part-00000.jsonl", "part-00001.jsonl", "part-00002.jsonl"]
         batches = [b for f in files for b in read_file(f, entity, tmp_path / "dl", batch_rows=500)]
         assert all(b.schema == schema_for(entity) for b in batches)
@@ -207,8 +207,8 @@ def test_list_files_skips_hidden_temporary_and_other_files(tmp_path: Path) -> No
     for name in ("b.jsonl", "a.jsonl", ".a.jsonl.tmp", "_x.jsonl", ".y.jsonl", "c.json"):
         (tmp_path / name).write_text("")
     (tmp_path / "d.jsonl").mkdir()
-    assert [Path(f).name for f in list_files(tmp_path)] == ["a.jsonl", "b.jsonl"]
-    assert list_files(tmp_path / "missing") == []
+    assert [Path(f).name for f in list_files(tmp_path, ".jsonl")] == ["a.jsonl", "b.jsonl"]
+    assert list_files(tmp_path / "missing", ".jsonl") == []
 
 
 def _dirty_file(path: Path) -> list[tuple[int, str]]:
@@ -445,7 +445,7 @@ def test_stream_read_equals_generate_plus_punctuation(
     lowered = _lowering_filter(stream()).writeStream.format("memory").queryName(lowered_name)
     query = lowered.trigger(processingTime="100 milliseconds").start()
     _await(query, lambda p: _files_at(p) == 5)
-    per_file = [_file_rows(Path(f)) for f in list_files(events_dir / entity)]
+    per_file = [_file_rows(Path(f)) for f in list_files(events_dir / entity, ".jsonl")]
     # Three files, then the last file and the punctuation (max_files_per_batch = 3).
     assert [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]] == [
         sum(per_file[:3]),
