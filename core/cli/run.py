@@ -87,9 +87,10 @@ def run(
             "-i",
             exists=True,
             file_okay=False,
-            help="Read records from DIR/<source>/*.jsonl instead of generating them: DIR/{person,auction,"
-            "bid} for a query, one directory per source for your own job (--events and --seed are then "
-            "unused, --rate is refused). Bad lines go to OUTPUT/dead_letter and are counted in summary.json.",
+            help="Read records from DIR/<source>/*.jsonl (*.parquet for a Parquet source) instead of "
+            "generating them: DIR/{person,auction,bid} for a query, one directory per source for your own "
+            "job (--events and --seed are then unused, --rate is refused). Bad lines or rows go to "
+            "OUTPUT/dead_letter and are counted in summary.json.",
         ),
     ] = None,
     offload_share: OffloadShareOpt = None,
@@ -159,8 +160,8 @@ def run(
 ) -> None:
     """Stream EVENTS generated NEXMark events (or the JSONL records of --input) through JOB on Spark.
 
-    JOB is a NEXMark query or your own job file (FILE.py:NAME), which reads DIR/<source>/*.jsonl of
-    --input for each of its sources; --events, --seed and the window options are the queries'.
+    JOB is a NEXMark query or your own job file (FILE.py:NAME), which reads DIR/<source>/*.jsonl (or
+    *.parquet) of --input for each of its sources; --events, --seed and the window options are the queries'.
 
     With --offload-share F, a share F of the records is routed to Lambda workers (transient
     operators) through the VM agent, and their results are merged back into Spark's state. With
