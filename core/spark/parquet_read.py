@@ -77,7 +77,8 @@ def count_rows(path: str | Path) -> int:
     """The rows a Parquet file holds, from its footer (no data read); 0 if it has gone or is not
     Parquet (a rejected file releases no records)."""
     try:
-        return pq.ParquetFile(path).metadata.num_rows
+        with pq.ParquetFile(path) as parquet:
+            return parquet.metadata.num_rows
     except (OSError, pa.ArrowException):
         return 0
 
@@ -94,16 +95,17 @@ def _typed(path: str | Path, source: FileSchema) -> pa.Table:
         raise
     except (OSError, pa.ArrowException) as err:
         raise FileRejected(f"not a readable parquet file: {err}") from None
-    names = parquet.schema_arrow.names
-    for column, _ in source.columns:
-        if column not in names:
-            raise FileRejected(f"missing column '{column}': the file has {', '.join(names) or 'none'}")
-        if names.count(column) > 1:
-            raise FileRejected(f"column '{column}': the file has {names.count(column)} of that name")
-    try:
-        read = parquet.read(columns=[c for c, _ in source.columns])
-    except (OSError, pa.ArrowException) as err:
-        raise FileRejected(f"not a readable parquet file: {err}") from None
+    with parquet:
+        names = parquet.schema_arrow.names
+        for column, _ in source.columns:
+            if column not in names:
+                raise FileRejected(f"missing column '{column}': the file has {', '.join(names) or 'none'}")
+            if names.count(column) > 1:
+                raise FileRejected(f"column '{column}': the file has {names.count(column)} of that name")
+        try:
+            read = parquet.read(columns=[c for c, _ in source.columns])
+        except (OSError, pa.ArrowException) as err:
+            raise FileRejected(f"not a readable parquet file: {err}") from None
     arrays = [_cast(column, kind, read.column(column)) for column, kind in source.columns]
     return pa.Table.from_arrays(arrays, schema=source.arrow)
 

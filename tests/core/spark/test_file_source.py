@@ -683,7 +683,7 @@ def test_dirty_input_goes_to_dead_letters_and_the_windowed_count_keeps_running(
 # Routed reads: the VM's share of a file and the workers'
 
 
-def _routed_reader(tmp_path: Path, route: str, files: int) -> FileStreamReader:
+def _routed_reader(tmp_path: Path, route: str, files: int, format: str = "jsonl") -> FileStreamReader:
     from datetime import UTC, datetime, timedelta
 
     from core.file_schema import FileSchema
@@ -692,8 +692,8 @@ def _routed_reader(tmp_path: Path, route: str, files: int) -> FileStreamReader:
     at = datetime(2026, 11, 26, tzinfo=UTC)
     for part in range(files):
         rows = ({"n": part * 1000 + i, "at": at + timedelta(seconds=part * 100 + i)} for i in range(100))
-        write_source_file(tmp_path / "in", "tick", part, rows)
-    schema = FileSchema("tick", (("n", "int64"), ("at", "timestamp")), "at")
+        write_source_file(tmp_path / "in", "tick", part, rows, format=format)
+    schema = FileSchema("tick", (("n", "int64"), ("at", "timestamp")), "at", format=format)
     options = {"path": str(tmp_path / "in"), "schema": schema.to_option(), "bounded": "false"}
     options |= {"route": route, "offload_dir": str(tmp_path / "offload")}
     return FileStreamReader(FileSourceOptions.parse(options))
@@ -719,7 +719,8 @@ def test_each_file_keeps_the_plan_it_was_first_routed_by(tmp_path: Path) -> None
     ]
 
 
-def test_the_two_routes_of_a_file_split_its_records_by_their_numbers(tmp_path: Path) -> None:
+@pytest.mark.parametrize("format", ["jsonl", "parquet"])
+def test_the_two_routes_of_a_file_split_its_records_by_their_numbers(tmp_path: Path, format: str) -> None:
     """The VM's read keeps exactly the records the plan's share leaves it (record `row` of file `i`
     numbered i << 32 | row), notes the file's counts, and ends with a heartbeat at its last event."""
     from datetime import UTC, datetime
@@ -730,7 +731,7 @@ def test_the_two_routes_of_a_file_split_its_records_by_their_numbers(tmp_path: P
     from router.routing_log import write_current_plan
     from router.source_router import HEARTBEAT
 
-    reader = _routed_reader(tmp_path, "local", 2)
+    reader = _routed_reader(tmp_path, "local", 2, format)
     plan = OffloadPlan.of_share(1, 0.5, 2)
     write_current_plan(tmp_path / "offload", plan)
     (_, partition) = reader.partitions({"files": 0}, {"files": 2})
