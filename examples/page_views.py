@@ -7,7 +7,8 @@ readers spent on them. Views with no dwell time (ms <= 0) are left out.
 
 The input is DIR/view/part-NNNNN.jsonl, one view per line:
 {"user": 17, "page": "/p3", "at": "2026-11-26T00:00:00.007000+00:00", "ms": 120}.
-`--burst-at S --burst-factor F` makes F times as many views per second from second S on, for 30 s.
+`--burst-at S --burst-factor F`: the 30 s of views from second S come F times as fast (within 30/F s);
+`--live` writes the files as their views happen, for a run that follows the directory.
 """
 
 from core.job import Job, WindowSpec, agg, col, write_source_file
@@ -37,9 +38,13 @@ def write_views(
     burst_at: float = -1.0,
     burst_factor: float = 1.0,
     burst_s: float = 30.0,
+    live: bool = False,
 ) -> int:
     """Write `records` views as JSONL files under OUTPUT/view/: a Zipf-like choice of 50 pages, `rate`
-    views per second (times `burst_factor` inside the burst). Returns the files written."""
+    views per second (times `burst_factor` inside the burst). `live` writes each file once its last
+    view is due, counting from the start, so a run following OUTPUT sees the views arrive at their
+    rate and the burst arrive as one. Returns the files written."""
+    import time
     from datetime import UTC, datetime, timedelta
 
     import numpy as np
@@ -56,7 +61,10 @@ def write_views(
     dwell = rng.integers(-200, 60_000, records)
     start = datetime(2026, 11, 26, tzinfo=UTC)
     per_file = -(-records // files)
+    origin = time.time()
     for f in range(files):
+        if live:
+            time.sleep(max(0.0, origin + float(t[min(records, (f + 1) * per_file) - 1]) - time.time()))
         rows = (
             {
                 "user": int(users[i]),
@@ -81,6 +89,7 @@ if __name__ == "__main__":
     ap.add_argument("--files", type=int, default=8)
     ap.add_argument("--burst-at", type=float, default=-1.0, help="second the burst starts (default: none)")
     ap.add_argument("--burst-factor", type=float, default=2.0)
+    ap.add_argument("--live", action="store_true", help="write each file when its views are due")
     a = ap.parse_args()
     n = write_views(
         a.output,
@@ -90,5 +99,6 @@ if __name__ == "__main__":
         files=a.files,
         burst_at=a.burst_at,
         burst_factor=a.burst_factor,
+        live=a.live,
     )
     print(f"wrote {a.records:,} views in {n} files under {a.output}/view")

@@ -7,8 +7,9 @@ Readings of a device that never registered are left out (an inner join).
     sponge run examples/site_temperatures.py:job --input runs/sensors --output runs/sensors-out
 
 The input is DIR/device/*.jsonl, {"device_id": 7, "site": "site3", "since": "2026-..."}, and
-DIR/reading/*.jsonl, {"device": 7, "at": "2026-...", "temp": 21.4}. `--burst-at S --burst-factor F`
-makes F times as many readings per second from second S on, for 30 s.
+DIR/reading/*.jsonl, {"device": 7, "at": "2026-...", "temp": 21.4}. `--burst-at S --burst-factor F`:
+the 30 s of readings from second S come F times as fast (within 30/F s); `--live` writes the reading
+files as their readings happen (the devices first), for a run that follows the directory.
 """
 
 from core.job import Job, WindowSpec, agg, col, write_source_file
@@ -39,9 +40,12 @@ def write_readings(
     burst_at: float = -1.0,
     burst_factor: float = 1.0,
     burst_s: float = 30.0,
+    live: bool = False,
 ) -> None:
     """Write the devices (registered at the start, one in ten never) and `readings` readings at `rate`
-    per second (times `burst_factor` inside the burst) under OUTPUT/device/ and OUTPUT/reading/."""
+    per second (times `burst_factor` inside the burst) under OUTPUT/device/ and OUTPUT/reading/;
+    `live` writes each readings file once its last reading is due, counting from the start."""
+    import time
     from datetime import UTC, datetime, timedelta
 
     import numpy as np
@@ -63,8 +67,11 @@ def write_readings(
     device = rng.integers(0, devices, readings)
     temp = np.round(rng.normal(20.0, 5.0, readings), 2)
     per_file = -(-readings // files)
+    origin = time.time()
     for f in range(files):
         lo, hi = f * per_file, min(readings, (f + 1) * per_file)
+        if live:
+            time.sleep(max(0.0, origin + float(t[hi - 1]) - time.time()))
         rows = (
             {"device": int(device[i]), "at": start + timedelta(seconds=float(t[i])), "temp": float(temp[i])}
             for i in range(lo, hi)
@@ -85,6 +92,7 @@ if __name__ == "__main__":
     ap.add_argument("--files", type=int, default=8)
     ap.add_argument("--burst-at", type=float, default=-1.0, help="second the burst starts (default: none)")
     ap.add_argument("--burst-factor", type=float, default=2.0)
+    ap.add_argument("--live", action="store_true", help="write each file when its readings are due")
     a = ap.parse_args()
     write_readings(
         a.output,
@@ -94,5 +102,6 @@ if __name__ == "__main__":
         files=a.files,
         burst_at=a.burst_at,
         burst_factor=a.burst_factor,
+        live=a.live,
     )
     print(f"wrote {a.readings:,} readings under {a.output}/reading and the devices under {a.output}/device")

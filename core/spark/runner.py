@@ -169,7 +169,7 @@ def _run_query(
     logical = job.plan()
     rewritten = rewrite(logical)
     own = job.sources if is_file_ref(config.query) else {}
-    if config.input is not None:
+    if config.input is not None and not config.follow:  # a followed source's directory may come later
         require_entity_dirs(config.input, list(job.sources.values()))
     out = config.output
     spark = spark_session(config.spark)

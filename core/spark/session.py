@@ -19,8 +19,12 @@ import math
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -438,21 +442,37 @@ def spark_session(config: SparkConfig = SparkConfig()):
 
     options = config.options()
     launching = SparkContext._gateway is None  # PySpark reuses a JVM it started, even after a stop
-    if launching and config.jvm_log is not None:
-        conf = SparkConf(loadDefaults=False)
+    with _own_sigint():
+        if launching and config.jvm_log is not None:
+            conf = SparkConf(loadDefaults=False)
+            for key, value in options:
+                conf.set(key, value)
+            SparkContext(conf=conf, gateway=_launch(conf, config))
+        builder = SparkSession.builder
         for key, value in options:
-            conf.set(key, value)
-        SparkContext(conf=conf, gateway=_launch(conf, config))
-    builder = SparkSession.builder
-    for key, value in options:
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+            builder = builder.config(key, value)
+        spark = builder.getOrCreate()
     if launching:
         _jvm["current"] = Jvm(spark.sparkContext._gateway.proc, config.jvm_log, config.master, config.memory)
         _quiet_accumulator_server(spark.sparkContext)
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     return spark
+
+
+@contextmanager
+def _own_sigint() -> Iterator[None]:
+    """Keep the caller's SIGINT handler: a SparkContext installs its own, which cancels every job and
+    raises KeyboardInterrupt, so Ctrl-C would kill a run that `sponge run` stops once its epoch in
+    flight commits (core/cli/run.py `stopping_on_signals`)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread handles signals, and only it may set their handlers
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _launch(conf: Any, config: SparkConfig) -> Any:

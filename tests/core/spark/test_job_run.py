@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -227,3 +228,25 @@ def test_a_followed_run_offloads_a_burst_stops_on_sigterm_and_resumes_to_the_no_
     assert diff_results(actual, without) is None, diff_results(actual, without)
     expected = _expected(staged)
     assert diff_results(actual.select(expected.column_names), expected) is None
+
+
+def test_ctrl_c_in_a_terminal_stops_a_followed_run_once_its_epoch_commits(tmp_path: Path) -> None:
+    """A terminal's Ctrl-C reaches the whole foreground process group: the driver, Spark's JVM and its
+    Python workers. The run must still stop by its own handler (Spark installs one that cancels every
+    job), after its epoch in flight, so `--resume` loses nothing."""
+    inp, out = tmp_path / "in", tmp_path / "out"
+    _example().write_views(str(inp), 2_000, files=2)
+    cmd = [*SPONGE, "run", f"{EXAMPLE}:job", "--input", str(inp), "--output", str(out), "--follow"]
+    proc = subprocess.Popen(
+        cmd, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        _wait_for("an epoch", lambda: _committed(out) >= 1, proc)
+        os.killpg(proc.pid, signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, stderr[-2000:]
+    assert "SIGINT: stopping once the epoch in flight commits" in stderr
+    assert json.loads(stdout)["stopped"] is True and json.loads(stdout)["records_in"] == 2_000
