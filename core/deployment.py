@@ -16,6 +16,9 @@ from typing import Any
 
 from core.errors import ConfigError, DeployError
 
+# The CloudWatch namespace of the EMF metrics: the workers' (template.yaml sets it too) and a run's own.
+METRICS_NAMESPACE = "Sponge"
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 STACK_DIR = PROJECT_ROOT / ".sponge"
 TARGETS = ("localstack", "aws")

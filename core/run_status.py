@@ -28,6 +28,7 @@ STATUS_DIR = "_status"
 LATEST = "latest.json"
 METRICS = "metrics.prom"
 HISTORY = "history.jsonl"
+EMF = "emf.jsonl"  # CloudWatch Embedded Metric Format, one document a second (runs on AWS)
 HISTORY_LINES = 3600  # an hour of seconds; the file holds between this and twice this many lines
 POLICY_DIR = "_policy"
 DECISIONS = "decisions.jsonl"

@@ -40,6 +40,7 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
 
+from core.deployment import METRICS_NAMESPACE
 from infra.worker_parameters import declare_conditions, declare_parameters
 
 HANDLER = "lambda_worker.handler.handler"
@@ -216,7 +217,7 @@ class WorkerStack(Stack):
             environment=lambda_.CfnFunction.EnvironmentProperty(
                 variables={
                     "POWERTOOLS_SERVICE_NAME": "sponge-worker",
-                    "POWERTOOLS_METRICS_NAMESPACE": "Sponge",
+                    "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
                     "POWERTOOLS_TRACE_DISABLED": "true",
                 }
             ),

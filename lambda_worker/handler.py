@@ -29,7 +29,7 @@ _IMPORT_STARTED = time.monotonic()
 from aws_lambda_powertools import Logger, Metrics  # noqa: E402 - timed from the line above
 from aws_lambda_powertools.metrics import MetricUnit  # noqa: E402
 
-METRICS_NAMESPACE = "Sponge"
+from core.deployment import METRICS_NAMESPACE  # noqa: E402
 
 
 def _truthy(value: str | None) -> bool:

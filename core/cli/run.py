@@ -308,6 +308,7 @@ def live_policy(
         offload_cost=offload.offload_cost if offload is not None else 0.0,
         append=resume,
         labels={"job": job.name},
+        emf=offload is not None and offload.target != "embedded",
     )
 
 

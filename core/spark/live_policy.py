@@ -27,9 +27,19 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from core import atomic_write
+from core.deployment import METRICS_NAMESPACE
 from core.file_schema import FORMATS, FileSchema
 from core.latency import Epoch
-from core.run_status import DECISIONS, HISTORY, HISTORY_LINES, LATEST, METRICS, POLICY_DIR, STATUS_DIR
+from core.run_status import (
+    DECISIONS,
+    EMF,
+    HISTORY,
+    HISTORY_LINES,
+    LATEST,
+    METRICS,
+    POLICY_DIR,
+    STATUS_DIR,
+)
 from core.spark.file_source import list_files
 from core.spark.parquet_read import count_rows
 from core.spark.runner import RunHooks
@@ -269,35 +279,87 @@ def prometheus_text(figures: Mapping[str, Any], labels: Mapping[str, str]) -> st
     return "\n".join(lines) + "\n"
 
 
-class StatusFiles:
-    """Writes OUTPUT/_status/: latest.json and metrics.prom replaced whole, history.jsonl appended
-    and cut back to the last HISTORY_LINES lines once it holds twice that many."""
+class _BoundedLog:
+    """A JSON-lines file appended to and cut back to its last `limit` lines once it holds twice that many
+    (whole, atomically), so a run of days keeps a bounded file; a resumed run carries on with it."""
 
-    def __init__(self, output: Path, labels: Mapping[str, str], history_lines: int = HISTORY_LINES) -> None:
+    def __init__(self, path: Path, limit: int) -> None:
+        self.path = path
+        self.limit = limit
+        self._tail: deque[str] = deque(maxlen=limit)
+        self._lines = 0
+        if path.is_file():
+            lines = path.read_text(encoding="utf-8").splitlines()
+            self._tail.extend(lines)
+            self._lines = len(lines)
+
+    def append(self, line: str) -> None:
+        self._tail.append(line)
+        self._lines += 1
+        if self._lines >= 2 * self.limit:
+            atomic_write.write_text(self.path, "\n".join(self._tail) + "\n")
+            self._lines = len(self._tail)
+        else:
+            with self.path.open("a", encoding="utf-8") as f:
+                f.write(line + "\n")
+
+
+# The figures as CloudWatch metrics, with their units (the rest of latest.json is not a metric).
+EMF_UNITS = {
+    "input_rate": "Count/Second",
+    "processed_rate": "Count/Second",
+    "backlog": "Count",
+    "queue_delay_s": "Seconds",
+    "cpu": "None",
+    "load": "None",
+    "epoch_s": "Seconds",
+    "share": "None",
+    "workers": "Count",
+    "workers_connected": "Count",
+    "records_offloaded": "Count",
+}
+
+
+def emf_document(figures: Mapping[str, Any], labels: Mapping[str, str]) -> dict[str, Any]:
+    """One CloudWatch Embedded Metric Format document of the figures (namespace "Sponge", as the workers'
+    own; dimensions the run's labels), built by Powertools, which the workers use too. CloudWatch Logs
+    turns a log line of it into metrics, so the CloudWatch agent shipping `emf.jsonl` is enough."""
+    from aws_lambda_powertools.metrics import Metrics
+
+    metrics = Metrics(namespace=METRICS_NAMESPACE)
+    try:
+        for key, unit in EMF_UNITS.items():
+            value = figures.get(key)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                metrics.add_metric(name=key, unit=unit, value=float(value))
+        for name, value in labels.items():
+            metrics.add_dimension(name=name, value=value)
+        return metrics.serialize_metric_set()
+    finally:
+        metrics.clear_metrics()
+
+
+class StatusFiles:
+    """Writes OUTPUT/_status/: latest.json and metrics.prom replaced whole, history.jsonl appended and
+    cut back to the last HISTORY_LINES lines; with `emf`, emf.jsonl likewise (a run whose workers are
+    deployed on AWS, where CloudWatch is the monitoring)."""
+
+    def __init__(
+        self, output: Path, labels: Mapping[str, str], history_lines: int = HISTORY_LINES, emf: bool = False
+    ) -> None:
         self.dir = output / STATUS_DIR
         self.labels = dict(labels)
-        self.limit = history_lines
-        self._history: deque[str] = deque(maxlen=history_lines)
-        self._lines = 0
         self.dir.mkdir(parents=True, exist_ok=True)
-        path = self.dir / HISTORY
-        if path.is_file():  # a resumed run carries on with the history there
-            lines = path.read_text(encoding="utf-8").splitlines()
-            self._history.extend(lines)
-            self._lines = len(lines)
+        self.history = _BoundedLog(self.dir / HISTORY, history_lines)
+        self.emf = _BoundedLog(self.dir / EMF, history_lines) if emf else None
 
     def write(self, figures: Mapping[str, Any]) -> None:
         text = json.dumps({k: _round(v) for k, v in figures.items()})
         atomic_write.write_text(self.dir / LATEST, text + "\n")
         atomic_write.write_text(self.dir / METRICS, prometheus_text(figures, self.labels))
-        self._history.append(text)
-        self._lines += 1
-        if self._lines >= 2 * self.limit:
-            atomic_write.write_text(self.dir / HISTORY, "\n".join(self._history) + "\n")
-            self._lines = len(self._history)
-        else:
-            with (self.dir / HISTORY).open("a", encoding="utf-8") as f:
-                f.write(text + "\n")
+        self.history.append(text)
+        if self.emf is not None:
+            self.emf.append(json.dumps(emf_document(figures, self.labels)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -324,6 +386,7 @@ class LivePolicy(RunHooks):
         append: bool = False,
         labels: Mapping[str, str] | None = None,
         interval_s: float = 1.0,
+        emf: bool = False,
     ) -> None:
         from policy.offload_policy import PolicyConfig
 
@@ -342,6 +405,7 @@ class LivePolicy(RunHooks):
             offload_cost=offload_cost,
         )
         self.labels = {"run": output.name, **(labels or {})}
+        self.emf = emf  # the figures also as CloudWatch EMF (workers deployed on AWS)
         self.status: StatusFiles | None = None  # made once the run has claimed its output (started)
         self.loop: Any = None
         self.session: Any = None
@@ -377,7 +441,7 @@ class LivePolicy(RunHooks):
         from policy.offload_policy import SpongePolicy
 
         self.session, self.origin = session, origin
-        self.status = StatusFiles(self.output, self.labels)
+        self.status = StatusFiles(self.output, self.labels, emf=self.emf)
         if isinstance(self.backlog, GeneratedBacklog):
             self.backlog.origin = origin
         if isinstance(self.backlog, FileBacklog):

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from core.deployment import METRICS_NAMESPACE
 from core.errors import ConfigError
 from router.invokers.base import InvokeFailed, InvokeHandle, Invoker, InvokeResult, Throttled
 
@@ -179,7 +180,7 @@ class EmbeddedFleet(Invoker):
                 "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(c.memory_mb),
                 "AWS_LAMBDA_FUNCTION_TIMEOUT": str(int(c.timeout_s)),
                 "POWERTOOLS_SERVICE_NAME": c.function_name,
-                "POWERTOOLS_METRICS_NAMESPACE": "Sponge",
+                "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
                 "POWERTOOLS_TRACE_DISABLED": "true",
                 "PYTHONUNBUFFERED": "1",
                 # Lambda gives one vCPU per 1769 MB (up to six): size polars' thread pool the same way.

@@ -138,6 +138,23 @@ def test_status_files_replace_latest_and_bound_the_history(tmp_path: Path) -> No
     assert (status / HISTORY).read_text().splitlines()[-1] == '{"t": 7.0}'
 
 
+def test_a_run_on_aws_also_writes_its_figures_as_cloudwatch_emf(tmp_path: Path) -> None:
+    """One EMF document a second, in the workers' namespace, dimensioned by the run's labels: CloudWatch
+    Logs makes metrics of it once the CloudWatch agent ships the file."""
+    files = StatusFiles(tmp_path, {"run": "r1", "job": "views"}, history_lines=2, emf=True)
+    for t in range(5):
+        files.write({"t": float(t), "backlog": 10 * t, "share": 0.5, "cpu": None, "trigger": "hold"})
+    docs = [json.loads(line) for line in (tmp_path / STATUS_DIR / "emf.jsonl").read_text().splitlines()]
+    assert 2 <= len(docs) < 4 and docs[-1]["backlog"] == [40.0] and docs[-1]["share"] == [0.5]
+    (directive,) = docs[-1]["_aws"]["CloudWatchMetrics"]
+    assert directive["Namespace"] == "Sponge" and directive["Dimensions"] == [["run", "job"]]
+    assert {m["Name"]: m["Unit"] for m in directive["Metrics"]} == {"backlog": "Count", "share": "None"}
+    assert docs[-1]["run"] == "r1" and docs[-1]["job"] == "views" and "cpu" not in docs[-1]
+    plain = StatusFiles(tmp_path / "local", {"run": "r2"})
+    plain.write({"t": 0.0})
+    assert not (tmp_path / "local" / STATUS_DIR / "emf.jsonl").exists()  # only where CloudWatch is
+
+
 class FakeSession:
     """The offload session's surface the policy uses: publish a plan, the agent's gauges."""
 
