@@ -11,7 +11,7 @@ window at once.
 
 A source's files are in one format, JSON lines (the default, and NEXMark's) or Parquet: the format
 decides the files' suffix, which files the source lists, how their records are counted and how one
-is read (core/spark/jsonl_validation.py `read_file`). The rules above hold for both formats.
+is read (core/spark/input_validation.py `read_file`). The rules above hold for both formats.
 
 A schema travels to Spark's Python workers as a data source option (`to_option`), as JSON.
 """

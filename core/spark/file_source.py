@@ -17,7 +17,7 @@ A user's source may be Parquet instead (`FileSchema.format`): `PATH/<source>/*.p
 the same rules, read by core/spark/parquet_read.py.
 
 Each line (or Parquet row) is validated on its own and a bad one goes to a dead-letter file with the
-reason, as core/spark/jsonl_validation.py says (the contract, the dead-letter layout, why replays are safe).
+reason, as core/spark/input_validation.py says (the contract, the dead-letter layout, why replays are safe).
 
 Offsets are `{"files": k, "source": name}`: the first k files, sorted by name, have been consumed.
 Bounded mode (default) fixes the file list when the stream reader starts; position `len(files)` (one
@@ -60,7 +60,7 @@ from core.direct_sink import DIRECT_SINK_TAG
 from core.errors import ConfigError, InputError
 from core.file_schema import FileSchema
 from core.nexmark.schema import END_OF_STREAM_TIME_US, check_entity
-from core.spark.jsonl_validation import read_file
+from core.spark.input_validation import read_file
 from router.source_router import LOCAL, RouteOptions
 
 if TYPE_CHECKING:

@@ -1,7 +1,7 @@
 """One Parquet input file read defensively: its rows typed as the source's schema, and the rows or the
 whole file that cannot be, as dead letters.
 
-Why apart from the JSON-lines validator (core/spark/jsonl_validation.py): a Parquet file is typed
+Why apart from the JSON-lines validator (core/spark/input_validation.py): a Parquet file is typed
 already and read by column, so its checks are on whole columns (vectorised), where a JSON line is
 checked value by value. The dead letters are the same: `read_file` there dispatches on the source's
 format and writes them for both, with one layout and one contract (replaced atomically, identical on

@@ -162,7 +162,7 @@ def _run_query(
 ) -> dict:
     from core.spark.file_source import register as register_file_source
     from core.spark.file_source import require_entity_dirs, routed_counts
-    from core.spark.jsonl_validation import dead_letter_summary
+    from core.spark.input_validation import dead_letter_summary
     from core.spark.lower import lower_plain, lower_rewritten
 
     job = config.job()

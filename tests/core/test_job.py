@@ -154,7 +154,7 @@ def test_a_source_may_be_parquet_files(tmp_path: Path) -> None:
 def test_write_source_file_writes_a_whole_file_a_reader_reads_back(tmp_path: Path, format: str) -> None:
     from datetime import UTC, datetime
 
-    from core.spark.jsonl_validation import read_file
+    from core.spark.input_validation import read_file
 
     at = datetime(2026, 11, 26, 0, 0, 0, 7000, tzinfo=UTC)
     rows = [{"user": 1, "url": "/a", "at": at}, {"user": None, "url": "/b", "at": at}]

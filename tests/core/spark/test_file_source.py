@@ -37,7 +37,7 @@ from core.spark.file_source import (
     require_entity_dirs,
     routed_counts,
 )
-from core.spark.jsonl_validation import (
+from core.spark.input_validation import (
     RecordError,
     dead_letter_file,
     dead_letter_summary,

@@ -16,7 +16,7 @@ import pytest
 from core.file_schema import FileSchema
 from core.job import write_source_file
 from core.spark.file_source import list_files
-from core.spark.jsonl_validation import dead_letter_file, dead_letter_summary, read_file
+from core.spark.input_validation import dead_letter_file, dead_letter_summary, read_file
 from core.spark.live_policy import FileBacklog, count_records
 
 VIEW = FileSchema(

@@ -1,4 +1,5 @@
-"""One JSON-lines input file read defensively: valid lines become Arrow rows, the others dead letters.
+"""One input file read defensively: valid lines (or Parquet rows) become Arrow rows, the others dead
+letters.
 
 Why apart from the Spark data source (core/spark/file_source.py): what makes a line a row, and where a
 rejected line goes, is plain Python over one file; the source only decides which files a micro-batch
