@@ -69,14 +69,15 @@ def run(
         int, typer.Option(min=1, help="With --input: the most files of each source per micro-batch (epoch).")
     ] = 64,
     follow: Annotated[
-        bool,
+        bool | None,
         typer.Option(
-            "--follow",
+            "--follow/--no-follow",
             help="With --input: keep reading the files that arrive, until Ctrl-C or SIGTERM, which stop the "
-            "run once the epoch in flight has committed; `--resume` continues it (without --follow it reads "
-            "the files there are and closes the last windows).",
+            "run once the epoch in flight has committed; `--resume` continues it. --no-follow reads the "
+            "files there are and closes the last windows. Default: follow with --policy (a policy watches "
+            "a run that goes on), else not.",
         ),
-    ] = False,
+    ] = None,
     master: Annotated[
         str, typer.Option(help="Spark master URL for the VM side; local[N,F] runs a failed task F times.")
     ] = "local[2,4]",
@@ -197,7 +198,7 @@ def run(
         pace=rate is not None,
         max_events_per_batch=batch_events,
         max_files_per_batch=batch_files,
-        follow=follow,
+        follow=follows(follow, policy, input_dir),
         spark=SparkConfig(master=master, memory=memory, jvm_log=output / "_logs" / "jvm.log"),
         input=input_dir,
         offload=offload_config(
@@ -240,6 +241,13 @@ def run(
 
         summary = run_query(config, progress=progress, hooks=hooks, stop=stop)
     out.print(json.dumps(summary, indent=2))
+
+
+def follows(follow: bool | None, policy: str, input_dir: Path | None) -> bool:
+    """Whether the run follows its input: as asked, else when a policy watches a run of files."""
+    if follow is not None:
+        return follow
+    return policy != "none" and input_dir is not None
 
 
 def check_policy(

@@ -71,6 +71,18 @@ def test_noscaling_observes_files_without_offloading(calls: list, tmp_path: Path
     assert isinstance(call["hooks"].backlog, FileBacklog) and call["hooks"].backlog.sources == ("bid",)
 
 
+def test_a_policy_on_files_follows_them_unless_told_not_to(calls: list, tmp_path: Path) -> None:
+    """A policy watches a run that goes on: over files, the run follows them until stopped."""
+    (tmp_path / "in" / "bid").mkdir(parents=True)
+    run = ["run", "q1", "--input", str(tmp_path / "in")]
+    sponge(*run, "-o", str(tmp_path / "a"), "--policy", "sponge")
+    sponge(*run, "-o", str(tmp_path / "b"), "--policy", "sponge", "--no-follow")
+    sponge(*run, "-o", str(tmp_path / "c"))
+    sponge(*run, "-o", str(tmp_path / "d"), "--follow")
+    assert [c["config"].follow for c in calls] == [True, False, False, True]
+    assert calls[0]["hooks"].backlog.follow and not calls[1]["hooks"].backlog.follow
+
+
 def test_without_policy_the_run_is_todays(calls: list, tmp_path: Path) -> None:
     sponge("run", "q1", "-o", str(tmp_path / "out"))
     assert calls[0]["hooks"] is None and calls[0]["config"].offload is None

@@ -167,7 +167,7 @@ def _decisions(out: Path) -> list[dict]:
 def test_a_followed_run_offloads_a_burst_stops_on_sigterm_and_resumes_to_the_no_offload_output(
     spark, tmp_path: Path
 ) -> None:
-    """The whole life of a user's job: it follows its input with the policy on; a burst of files
+    """The whole life of a user's job: with the policy on it follows its input; a burst of files
     arrives and the policy offloads; SIGTERM stops it once its epoch commits; a restart resumes it to
     the end. Nothing lost or repeated: the output equals a run with offloading off over the same input,
     and the computation in plain Python."""
@@ -183,7 +183,7 @@ def test_a_followed_run_offloads_a_burst_stops_on_sigterm_and_resumes_to_the_no_
     policy = ["--policy", "sponge", "--per-core-rate", "5000", "--workers", "2"]
     cmd = [*SPONGE, "run", f"{EXAMPLE}:job", "--input", str(inp), "--output", str(out), *policy]
     proc = subprocess.Popen(
-        [*cmd, "--follow", "--batch-files", "4"], stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        [*cmd, "--batch-files", "4"], stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )
     try:
         _wait_for("two epochs of the first files", lambda: _committed(out) >= 2, proc)
@@ -207,9 +207,10 @@ def test_a_followed_run_offloads_a_burst_stops_on_sigterm_and_resumes_to_the_no_
     assert stopped["stopped"] is True and json.loads(stdout)["stopped"] is True
     assert stopped["policy"]["max_share"] > 0 and stopped["records_routed_to_workers"] > 0
 
-    # Resumed without --follow: it reads the files there are and closes the last windows. The job is
+    # Resumed with --no-follow: it reads the files there are and closes the last windows. The job is
     # named another way (the file alone), which is the same job.
     resume = [*SPONGE, "run", str(EXAMPLE), "--input", str(inp), "--output", str(out), *policy, "--resume"]
+    resume.append("--no-follow")
     done = subprocess.run(resume, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     resumed = json.loads((out / "summary.json").read_text())
