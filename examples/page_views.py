@@ -45,31 +45,27 @@ def write_views(
     view is due, counting from the start, so a run following OUTPUT sees the views arrive at their
     rate and the burst arrive as one. Returns the files written."""
     import time
-    from datetime import UTC, datetime, timedelta
+    from datetime import timedelta
 
     import numpy as np
 
+    from core.trial_feed import START, arrival_seconds, wait_until_due
+
     rng = np.random.default_rng(seed)
-    gaps = np.full(records, 1.0 / rate)
-    t = np.cumsum(gaps)
-    if burst_at >= 0:
-        inside = (t >= burst_at) & (t < burst_at + burst_s)
-        gaps[inside] /= burst_factor
-        t = np.cumsum(gaps)
+    t = arrival_seconds(records, rate, burst_at, burst_factor, burst_s)
     pages = np.minimum(rng.zipf(1.5, records), 50)
     users = rng.integers(0, 10_000, records)
     dwell = rng.integers(-200, 60_000, records)
-    start = datetime(2026, 11, 26, tzinfo=UTC)
     per_file = -(-records // files)
     origin = time.time()
     for f in range(files):
         if live:
-            time.sleep(max(0.0, origin + float(t[min(records, (f + 1) * per_file) - 1]) - time.time()))
+            wait_until_due(origin, float(t[min(records, (f + 1) * per_file) - 1]))
         rows = (
             {
                 "user": int(users[i]),
                 "page": f"/p{pages[i]}",
-                "at": start + timedelta(seconds=float(t[i])),
+                "at": START + timedelta(seconds=float(t[i])),
                 "ms": int(dwell[i]),
             }
             for i in range(f * per_file, min(records, (f + 1) * per_file))

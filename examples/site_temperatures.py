@@ -46,12 +46,14 @@ def write_readings(
     per second (times `burst_factor` inside the burst) under OUTPUT/device/ and OUTPUT/reading/;
     `live` writes each readings file once its last reading is due, counting from the start."""
     import time
-    from datetime import UTC, datetime, timedelta
+    from datetime import timedelta
 
     import numpy as np
 
+    from core.trial_feed import START, arrival_seconds, wait_until_due
+
     rng = np.random.default_rng(seed)
-    start = datetime(2026, 11, 26, tzinfo=UTC)
+    start = START
     registered = [d for d in range(devices) if d % 10 != 9]
     write_source_file(
         output,
@@ -59,11 +61,7 @@ def write_readings(
         0,
         ({"device_id": d, "site": f"site{d % sites}", "since": start} for d in registered),
     )
-    gaps = np.full(readings, 1.0 / rate)
-    if burst_at >= 0:
-        t0 = np.cumsum(gaps)
-        gaps[(t0 >= burst_at) & (t0 < burst_at + burst_s)] /= burst_factor
-    t = np.cumsum(gaps)
+    t = arrival_seconds(readings, rate, burst_at, burst_factor, burst_s)
     device = rng.integers(0, devices, readings)
     temp = np.round(rng.normal(20.0, 5.0, readings), 2)
     per_file = -(-readings // files)
@@ -71,7 +69,7 @@ def write_readings(
     for f in range(files):
         lo, hi = f * per_file, min(readings, (f + 1) * per_file)
         if live:
-            time.sleep(max(0.0, origin + float(t[hi - 1]) - time.time()))
+            wait_until_due(origin, float(t[hi - 1]))
         rows = (
             {"device": int(device[i]), "at": start + timedelta(seconds=float(t[i])), "temp": float(temp[i])}
             for i in range(lo, hi)
