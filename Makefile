@@ -13,7 +13,7 @@ STAMP := $(VENV)/.installed
 
 # Everything the whole suite and the drill use: Java for Spark, the project's virtualenv, LocalStack's own
 # virtualenv (the slow lane's --target localstack tests), node for the CDK comparison test.
-setup: java $(STAMP) localstack-setup node
+setup: java $(STAMP) node localstack-setup
 
 # The fast lane's tests run in this process (tests/conftest.py fails one that starts Spark, the agent,
 # workers or LocalStack), so they need the project's virtualenv only: no Java, LocalStack or node.

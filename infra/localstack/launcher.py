@@ -37,7 +37,10 @@ from core.errors import ConfigError, MissingDependencyError, SpongeError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_PORT = 4566
-SERVICES = ("lambda", "cloudformation", "s3", "iam", "logs", "sts", "cloudwatch")
+SERVICES = ("lambda", "cloudformation", "s3", "iam", "logs", "sts", "cloudwatch", "kinesis")
+"""LocalStack loads a service on its first request, so each costs nothing at start-up; Kinesis's engine
+(the kinesis-local npm package, kinesis-mock) is installed by infra/localstack/setup.sh, so that first
+request does not wait on npm either."""
 READY = ("available", "running")
 STATE_FILE = "localstack.json"
 LOG_FILE = "localstack.log"
@@ -130,6 +133,10 @@ class LocalStackConfig:
                 "SPONGE_FUNCTION_PYTHON": str(self.function_python),
                 "SPONGE_EXECUTOR_LOG_DIR": str(self.state_dir / "lambda"),
                 "DEFAULT_REGION": self.region,
+                # Kinesis: no emulated latency on stream operations, and no state carried over from
+                # an earlier instance (kinesis-mock would otherwise reload a file shared by all of them)
+                "KINESIS_LATENCY": "0",
+                "KINESIS_PERSISTENCE": "0",
             }
         )
         env.update(dict(self.extra_env))

@@ -70,4 +70,17 @@ from OpenSSL import crypto
 assert hasattr(crypto.X509, "add_extensions"), "pyopenssl too new for LocalStack's certificate code"
 print(f"localstack-setup: localstack-core {version('localstack-core')}, executors {sorted(names)}")
 EOF
+# Kinesis's engine: LocalStack installs the kinesis-local npm package (kinesis-mock) on the first Kinesis
+# request; install it now, where the runtime looks (the default instance's filesystem root; in a container,
+# LocalStack's shared /var/lib/localstack), so no Kinesis call or test waits on npm.
+if ! command -v npm >/dev/null 2>&1; then
+  echo "error: LocalStack's Kinesis needs node and npm (install nodejs 18+, e.g. make node)" >&2
+  exit 1
+fi
+FILESYSTEM_ROOT="$ROOT/.localstack/filesystem" "$VENV/bin/python" - <<'EOF'
+from localstack.services.kinesis.packages import kinesismock_package
+
+kinesismock_package.install()
+print(f"localstack-setup: Kinesis engine (kinesis-local) in {kinesismock_package.get_installed_dir()}")
+EOF
 touch "$STAMP"
