@@ -159,7 +159,7 @@ def run(
         ),
     ] = False,
 ) -> None:
-    """Stream EVENTS generated NEXMark events (or the JSONL records of --input) through JOB on Spark.
+    """Stream EVENTS generated NEXMark events (or the records of --input) through JOB on Spark.
 
     JOB is a NEXMark query or your own job file (FILE.py:NAME), which reads DIR/<source>/*.jsonl (or
     *.parquet) of --input for each of its sources; --events, --seed and the window options are the queries'.
