@@ -59,8 +59,8 @@ FORBIDDEN: tuple[tuple[str, str, str], ...] = (
 # Third-party packages kept to some modules: top-level import name -> the module prefixes that may import it.
 CONFINED: dict[str, tuple[str, ...]] = {
     "pyspark": ("core.spark", "merge.spark", "bench"),
-    "boto3": ("infra", "router.invokers.lambda_api"),
-    "botocore": ("infra", "router.invokers.lambda_api"),
+    "boto3": ("infra", "router.invokers.lambda_api", "core.kinesis"),
+    "botocore": ("infra", "router.invokers.lambda_api", "core.kinesis"),
 }
 
 
