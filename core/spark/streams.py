@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Protocol
 
 from core.file_schema import NEXMARK_EVENT_TIME, FileSchema
+from core.kinesis import KinesisEndpoint
 from core.nexmark.generator import GeneratorConfig
 from core.plan import Source
 
@@ -36,6 +37,8 @@ class StreamedRun(Protocol):
     def follow(self) -> bool: ...
     @property
     def output(self) -> Path: ...
+    @property
+    def kinesis(self) -> KinesisEndpoint | None: ...
 
 
 def nexmark_sources(
@@ -66,7 +69,10 @@ def source_stream(
     options: Mapping[str, str],
 ):
     """One read of a source, routed by `options` if any: its files under the run's input (`own`
-    describes a user's source; else `entity` names a NEXMark entity), or the generator's events."""
+    describes a user's source; else `entity` names a NEXMark entity), its stream's records, or the
+    generator's events."""
+    if config.kinesis is not None:
+        return kinesis_stream(spark, config, entity, own)
     if config.input is None:
         return generated_stream(spark, config, entity, pace_origin, options)
     reader = (
@@ -79,6 +85,23 @@ def source_stream(
     reader = reader.option("schema", own.to_option()) if own else reader.option("entity", entity)
     for k, v in options.items():
         reader = reader.option(k, v)
+    return reader.load()
+
+
+def kinesis_stream(spark, config: StreamedRun, entity: str, own: FileSchema | None):
+    """A source's records from the run's Kinesis stream (core/spark/kinesis_source.py), to the
+    producer's end-of-stream markers; not routed (offloading reads its share from the VM's read)."""
+    stream = config.kinesis
+    assert stream is not None
+    reader = (
+        spark.readStream.format("kinesis")
+        .option("stream", stream.stream)
+        .option("region", stream.region)
+        .option("dead_letter", str(config.output / DEAD_LETTER_DIR))
+    )
+    if stream.endpoint_url:
+        reader = reader.option("endpoint_url", stream.endpoint_url)
+    reader = reader.option("schema", own.to_option()) if own else reader.option("entity", entity)
     return reader.load()
 
 
