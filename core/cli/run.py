@@ -44,6 +44,7 @@ from core.cli.options import (
     offload_config,
     params,
 )
+from core.cli.produce import EndpointOpt, RegionOpt
 from core.console import err, out
 from core.errors import ConfigError
 
@@ -149,6 +150,20 @@ def run(
             f"else {DEFAULT_RHO:g}.",
         ),
     ] = None,
+    source: Annotated[
+        str,
+        typer.Option(
+            "--source",
+            metavar="generator|kinesis",
+            help="Where records come from: generator (default: NEXMark's generator, or the files of "
+            "--input), or kinesis: the records of --stream (written by `sponge produce`), to its "
+            "end-of-stream markers; bad records go to OUTPUT/dead_letter. Offloading over Kinesis is "
+            "not there yet.",
+        ),
+    ] = "generator",
+    stream: Annotated[str | None, typer.Option("--stream", help="With --source kinesis: the stream.")] = None,
+    endpoint_url: EndpointOpt = None,
+    region: RegionOpt = "us-east-1",
     resume: Annotated[
         bool,
         typer.Option(
@@ -173,12 +188,13 @@ def run(
     Memory (--driver-memory, --executor-memory, --state-store, --rocksdb-memory) is sized from this
     machine unless set; summary.json records it, and the JVM's log goes to OUTPUT/_logs/jvm.log.
     """
-    from core.job import load
+    from core.job import is_file_ref, load
     from core.run_output import Existing
     from core.spark.runner import RunConfig, run_query
     from core.spark.session import SparkConfig, executor_jvms, worker_memory_mb
 
     check_master(master)
+    kinesis = kinesis_endpoint(source, stream, endpoint_url, region, input_dir, offload_share, policy, rate)
     check_policy(policy, offload_share, per_core_rate, rho, rate=rate, input_dir=input_dir)
     settings_file = config  # `config` becomes the run's configuration below
     memory = memory_config(
@@ -218,12 +234,20 @@ def run(
             chunk_timeout_s=chunk_timeout,
         ),
         existing=Existing.RESUME if resume else Existing.REFUSE,
+        kinesis=kinesis,
     )
-    load(query, config.params)  # a wrong job fails here, on its line, before Spark starts
+    job = load(query, config.params)  # a wrong job fails here, on its line, before Spark starts
+    if kinesis is not None and is_file_ref(query) and len(job.sources) > 1:
+        raise ConfigError(
+            f"{query} reads {len(job.sources)} sources, and a run reads one Kinesis stream",
+            hint="give the job one source, or read its sources' files with --input",
+        )
     hooks = None
     if policy != "none":
         hooks = live_policy(policy, config, per_core_rate, rho, resume=resume, settings=settings_file)
     what = f"the events of {input_dir}" if input_dir is not None else f"{events:,} events"
+    if kinesis is not None:
+        what = f"the records of Kinesis stream {kinesis.stream}"
     stop = threading.Event()
     with (
         stopping_on_signals(stop),
@@ -241,6 +265,43 @@ def run(
 
         summary = run_query(config, progress=progress, hooks=hooks, stop=stop)
     out.print(json.dumps(summary, indent=2))
+
+
+def kinesis_endpoint(
+    source: str,
+    stream: str | None,
+    endpoint_url: str | None,
+    region: str,
+    input_dir: Path | None,
+    offload_share: float | None,
+    policy: str,
+    rate: float | None,
+):
+    """The stream a run reads with --source kinesis (None for the generator or files); refuses what
+    a run over Kinesis cannot do yet, before anything starts."""
+    from core.kinesis import KinesisEndpoint
+
+    if source not in ("generator", "kinesis"):
+        raise ConfigError(f"unknown --source {source!r}", hint="use generator or kinesis")
+    if source == "generator":
+        given = [f for f, v in (("--stream", stream), ("--endpoint-url", endpoint_url)) if v is not None]
+        if given:
+            raise ConfigError(f"{given[0]} names a Kinesis stream", hint="add --source kinesis")
+        return None
+    if not stream:
+        raise ConfigError("--source kinesis reads a stream", hint="pass --stream NAME (see `sponge produce`)")
+    if offload_share is not None or policy != "none":
+        raise ConfigError(
+            "a run over Kinesis cannot offload yet: its records are read on the VMs only",
+            hint="drop --offload-share and --policy (or read generated events or --input files to offload)",
+        )
+    for flag, value in (("--input", input_dir), ("--rate", rate)):
+        if value is not None:
+            raise ConfigError(
+                f"--source kinesis reads the stream's records; {flag} is for the other sources",
+                hint=f"drop {flag} (`sponge produce --rate R` paces the stream)",
+            )
+    return KinesisEndpoint(stream, endpoint_url, region)
 
 
 def follows(follow: bool | None, policy: str, input_dir: Path | None) -> bool:

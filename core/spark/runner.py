@@ -24,6 +24,7 @@ from typing import Any
 from core.errors import ConfigError, SpongeError
 from core.fault_spec import Triggers
 from core.job import Job, canonical_ref, is_file_ref, load
+from core.kinesis import KinesisEndpoint
 from core.nexmark.generator import GeneratorConfig, event_ids
 from core.nexmark.params import QueryParams
 from core.offload_chains import OffloadChain, offload_chains
@@ -57,6 +58,7 @@ class RunConfig:
     follow: bool = False  # with `input`: keep reading files as they arrive, until stopped
     offload: OffloadConfig | None = None  # route records to Lambda workers (None: no routers at all)
     existing: Existing = Existing.REFUSE  # what to do with a sponge run already in `output`
+    kinesis: KinesisEndpoint | None = None  # read the records of this stream (core/spark/kinesis_source.py)
 
     def __post_init__(self) -> None:
         if self.max_events_per_batch <= 0:
@@ -74,9 +76,15 @@ class RunConfig:
             raise ConfigError(
                 "offloading needs the rewritten plan", hint="drop plain when passing --offload-share"
             )
+        if self.kinesis is not None and (self.input is not None or self.pace or self.offload is not None):
+            raise ConfigError(
+                "a run over a Kinesis stream reads its records as they come, on the VMs only",
+                hint="drop --input, --rate, --offload-share and --policy sponge (offloading over Kinesis "
+                "is not there yet); pace the stream with `sponge produce --rate`",
+            )
         if self.follow and self.input is None:
             raise ConfigError("--follow reads the files of --input as they arrive", hint="pass --input DIR")
-        if is_file_ref(self.query) and self.input is None:
+        if is_file_ref(self.query) and self.input is None and self.kinesis is None:
             raise ConfigError(
                 f"{self.query} reads its sources from files, and no --input was given",
                 hint="pass --input DIR, with DIR/<source>/*.jsonl for each of the job's sources",
@@ -90,8 +98,10 @@ class RunConfig:
 
     def identity(self) -> dict[str, Any]:
         """What fixes the run's results: a resumed run must be the same job (core/run_output.py)."""
-        generated = self.input is None  # the generator's settings mean nothing to a run of files
+        generated = self.input is None and self.kinesis is None  # they mean nothing to a run of records
+        stream = {"kinesis": self.kinesis.stream} if self.kinesis is not None else {}
         return {
+            **stream,
             "query": canonical_ref(self.query),
             "events": self.generator.events if generated else None,
             "seed": self.generator.seed if generated else None,
@@ -174,6 +184,10 @@ def _run_query(
     out = config.output
     spark = spark_session(config.spark)
     register_file_source(spark)
+    if config.kinesis is not None:
+        from core.spark.kinesis_source import register as register_kinesis_source
+
+        register_kinesis_source(spark)
     started = time.time()
     n_sources = len([n for n in logical.nodes if isinstance(n.op, Source)])
     session = None
@@ -228,11 +242,12 @@ def _run_query(
     stopped = stop is not None and stop.is_set()
     entities = [n.op.entity for n in logical.nodes if isinstance(n.op, Source)]
     routed = 0
+    read = config.input is not None or config.kinesis is not None  # records read, not generated
     if config.input is not None and session is not None:
         # Routed streams also carry heartbeats and workers' results: the VM's reads noted each file's
         # records (over the whole run, a resumed one included).
         records_in, routed = routed_counts(out / OFFLOAD_DIR, entities)
-    elif config.input is not None:
+    elif read:
         punctuations = 0 if stopped or config.follow else n_sources
         records_in = sum(p["numInputRows"] for p in epochs_progress) - punctuations
     else:  # routed streams also carry heartbeats and workers' results: count the records themselves
@@ -241,8 +256,8 @@ def _run_query(
     summary = {
         "query": config.query,
         "job": job.name,
-        "events": records_in if config.input is not None else config.generator.events,
-        "seed": None if config.input is not None else config.generator.seed,
+        "events": records_in if read else config.generator.events,
+        "seed": None if read else config.generator.seed,
         "records_in": records_in,
         "records_local": records_in - routed,
         "records_routed_to_workers": routed,
@@ -261,8 +276,11 @@ def _run_query(
     }
     if hooks is not None and (extra := hooks.summary()):
         summary["policy"] = extra
+    if config.kinesis is not None:
+        summary["kinesis"] = config.kinesis.stream
     if config.input is not None:
         summary["input"] = str(config.input)
+    if read:
         summary["dead_letter"] = dead_letter_summary(out / DEAD_LETTER_DIR)
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
@@ -360,6 +378,8 @@ def stream_to_end(
         """The source has delivered its punctuation: the generator's last offset is `events + 1`; a
         bounded file source reports its last one (file count + 1) as latestOffset."""
         end = json.loads(source["endOffset"] or "{}")
+        if "shards" in end:  # a Kinesis stream: every shard's end-of-stream marker has been read
+            return bool(end.get("done"))
         if "files" in end:
             latest_offset = json.loads(source.get("latestOffset") or "{}")
             return "files" in latest_offset and end["files"] >= latest_offset["files"]
