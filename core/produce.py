@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 from core.kinesis import KinesisEndpoint, ensure_stream, put_end_markers, put_records
 from core.nexmark.generator import GeneratorConfig, event_ids, generate
 from core.nexmark.jsonl import jsonl_bytes
@@ -29,6 +31,7 @@ class ProduceConfig:
     shards: int = 2
     pace: bool = True  # release events when the schedule says they happen; else as fast as Kinesis takes
     end: bool = True  # put the end-of-stream markers after the last event
+    start: int = 0  # the first event to put (a stream written in parts: the rest of an earlier one's)
 
 
 def event_records(config: GeneratorConfig, start: int, end: int) -> list[tuple[str, bytes]]:
@@ -49,11 +52,13 @@ def produce(config: ProduceConfig, progress: Callable[[int, int], None] | None =
     client = endpoint.client()
     shards = ensure_stream(client, endpoint, config.shards)
     started = time.monotonic()
-    done = 0
+    done = config.start
+    origin = float(gen.schedule.offset_s(np.array([config.start]))[0]) if config.start else 0.0
     while done < gen.events:
         due = gen.events
         if config.pace:
-            due = min(gen.events, int(gen.schedule.events_by(time.monotonic() - started)))
+            elapsed = origin + time.monotonic() - started
+            due = min(gen.events, int(gen.schedule.events_by(elapsed)))
         if due <= done:
             time.sleep(0.01)
             continue
@@ -68,10 +73,10 @@ def produce(config: ProduceConfig, progress: Callable[[int, int], None] | None =
     return {
         "stream": endpoint.stream,
         "shards": shards,
-        "events": gen.events,
+        "events": gen.events - config.start,
         "seed": gen.seed,
         "schedule": gen.schedule.text(),
         "ended": config.end,
         "wall_s": round(wall, 3),
-        "events_per_s": round(gen.events / wall, 1) if wall > 0 else None,
+        "events_per_s": round((gen.events - config.start) / wall, 1) if wall > 0 else None,
     }

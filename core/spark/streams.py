@@ -98,6 +98,7 @@ def kinesis_stream(spark, config: StreamedRun, entity: str, own: FileSchema | No
         .option("stream", stream.stream)
         .option("region", stream.region)
         .option("dead_letter", str(config.output / DEAD_LETTER_DIR))
+        .option("max_records_per_shard", str(config.max_events_per_batch))
     )
     if stream.endpoint_url:
         reader = reader.option("endpoint_url", stream.endpoint_url)
