@@ -61,9 +61,11 @@ class FeedConfig:
     def __post_init__(self) -> None:
         for name in ("records", "files", "keys"):
             if getattr(self, name) < 1:
-                raise ConfigError(f"--{name} must be at least 1, got {getattr(self, name)}")
+                raise ConfigError(
+                    f"--{name} must be at least 1, got {getattr(self, name)}", hint="see `sponge feed --help`"
+                )
         if not self.rate > 0 or not self.burst_factor > 0:
-            raise ConfigError("--rate and --burst-factor must be positive")
+            raise ConfigError("--rate and --burst-factor must be positive", hint="see `sponge feed --help`")
 
 
 def _values(source: FileSchema, config: FeedConfig, t: np.ndarray, rng: np.random.Generator) -> dict:

@@ -250,6 +250,16 @@ CASES: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
     (("status", "--run", "{missing}"), ("is not a directory", "--output")),
     (("status", "--run", "{tmp}", "--target", "aws"), ("--run shows a run", "one of them")),
     (("status", "--watch"), ("--watch follows a run", "--run DIR")),
+    # feed
+    (("feed", "q5", "-o", "{tmp}/out"), ("q5 is a NEXMark query", "FILE.py:NAME")),
+    (("feed", "{example}", "-o", "{tmp}/out", "--files", "0"), ("--files must be at least 1",)),
+    (("feed", "{tmp}/nope.py", "-o", "{tmp}/out"), ("nope.py",)),
+    # produce
+    (
+        ("produce", "--stream", "s", "--endpoint-url", "http://127.0.0.1:1"),
+        ("cannot reach Kinesis", "LocalStack"),
+    ),
+    (("produce", "--stream", "s", "--shards", "0"), ("--shards", "sponge produce --help")),
 ]
 
 
