@@ -24,6 +24,7 @@ import pytest
 from core.errors import ConfigError
 from core.nexmark.generator import GeneratorConfig
 from core.results import diff_results, read_results
+from core.run_status import read_status
 from core.spark.live_policy import FileBacklog, LivePolicy
 from core.spark.offload_session import OffloadConfig
 from core.spark.runner import RunConfig, run_query
@@ -131,6 +132,11 @@ def test_a_job_joining_two_of_its_own_sources_offloaded_by_the_policy_equals_the
     actual = read_results(tmp_path / "out")
     assert expected.num_rows > 0 and summary["policy"]["max_share"] > 0
     assert summary["records_in"] == 12_000 + 54 and 0 < summary["records_routed_to_workers"] < 12_054
+    # The policy's backlog, read from Spark's own progress, ends with every record read and committed;
+    # the status files beside the results say the run ended.
+    assert backlog.released() == backlog.committed() == 12_054
+    status = read_status(tmp_path / "out")
+    assert status["state"] == "ended" and status["live"]["state"] == "stopped"
     # Every routed record ran once, on a worker or (a worker late on a busy machine) in the agent.
     routed, by_workers = summary["records_routed_to_workers"], summary["records_offloaded"]
     assert by_workers + summary["records_run_locally_by_agent"] == routed
