@@ -112,7 +112,7 @@ def _direct_sink_ends(offsets: Path) -> dict[str, int]:
         try:
             offset = json.loads(line)  # each source's own JSON: only ours carry the tag
             if isinstance(offset, dict) and DIRECT_SINK_TAG in offset:
-                unit = "event" if "event" in offset else "files"  # the generator's or the file source's
+                unit = "files" if "files" in offset else "event"  # the file source's, else the generator's
                 ends[str(offset[DIRECT_SINK_TAG])] = int(offset[unit])
         except (ValueError, TypeError, KeyError) as e:
             detail = f"no {e}" if isinstance(e, KeyError) else str(e)

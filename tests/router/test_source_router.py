@@ -130,7 +130,7 @@ def test_the_two_routes_split_a_task_by_the_plan_of_each_offset(agent: FakeAgent
     assert records.equals(pa.Table.from_batches([generate_ids(CONFIG, "bid", kept)]))
     chunks = agent.chunks()
     assert [call[:3] for call in chunks] == [(2000, 4000, seq) for seq in range(-(-len(sent) // 100))]
-    sent_rows = pa.Table.from_batches([call[3] for call in chunks])
+    sent_rows = pa.concat_tables([pa.table(call[3]) for call in chunks])
     columns = sent_columns(schema_for("bid"), _route("offload"))
     assert sent_rows.equals(pa.Table.from_batches([generate_ids(CONFIG, "bid", sent, columns)]))
     # One heartbeat each, at the time of the task's last event, so both watermarks move.
