@@ -223,21 +223,11 @@ def test_live_policy_tallies_its_seconds_writes_the_status_and_summarises(tmp_pa
 
 
 def test_live_policy_touches_no_file_before_the_run_claims_its_output(tmp_path: Path) -> None:
-    LivePolicy(
-        "noscaling",
-        tmp_path / "out",
-        GeneratedBacklog(RateSchedule.constant(10), 10),
-        per_core_rate=1000,
-        rho=5,
-        max_workers=1,
-    )
+    def live(policy: str) -> LivePolicy:
+        backlog = GeneratedBacklog(RateSchedule.constant(10), 10)
+        return LivePolicy(policy, tmp_path / "out", backlog, per_core_rate=1000, rho=5, max_workers=1)
+
+    live("noscaling")
     assert not (tmp_path / "out").exists()  # run_output.claim refuses a directory it did not make
     with pytest.raises(ValueError, match="noscaling or sponge"):
-        LivePolicy(
-            "none",
-            tmp_path / "out",
-            GeneratedBacklog(RateSchedule.constant(10), 10),
-            per_core_rate=1000,
-            rho=5,
-            max_workers=1,
-        )
+        live("none")
