@@ -12,7 +12,9 @@ Configuration is read from the environment once, here at the edge (HandlerSettin
 fleet sets POWERTOOLS_TRACE_DISABLED and friends in the local runtime's environment.
 
 Events:
-    {"warmup": true, "program": {...}?}  import and compile, then return at once (keep-warm pings)
+    {"warmup": true, "program": {...}?, "hold_s": S?}  import and compile, then hold the environment S
+                                          seconds (at most MAX_WARMUP_HOLD_S) before returning (warm pools
+                                          and keep-warm pings)
     {session descriptor}                  dial the agent and serve chunks (core/wire/descriptor.py)
 """
 
@@ -42,6 +44,9 @@ class HandlerSettings:
 
     service: str = "sponge-worker"
     tracing: bool = False
+    provisioned: bool = False
+    """Lambda initialised this environment ahead of any invoke (provisioned concurrency): its first
+    invocation pays no start-up, so it is not a cold start (Powertools' ColdStart metric agrees)."""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> HandlerSettings:
@@ -49,10 +54,15 @@ class HandlerSettings:
             service=env.get("POWERTOOLS_SERVICE_NAME") or "sponge-worker",
             # Like Powertools itself: trace only inside Lambda, and never when switched off.
             tracing=bool(env.get("LAMBDA_TASK_ROOT")) and not _truthy(env.get("POWERTOOLS_TRACE_DISABLED")),
+            provisioned=env.get("AWS_LAMBDA_INITIALIZATION_TYPE") == "provisioned-concurrency",
         )
 
 
 SETTINGS = HandlerSettings.from_env(os.environ)
+MAX_WARMUP_HOLD_S = 5.0
+"""A warm-up holds its environment only briefly: long enough for the other warm-ups of its round to find
+it busy (so each starts or reaches an environment of its own), short enough that a burst arriving
+meanwhile is not kept waiting for the pool."""
 logger = Logger(service=SETTINGS.service)
 metrics = Metrics(namespace=METRICS_NAMESPACE, service=SETTINGS.service)
 
@@ -60,8 +70,8 @@ metrics = Metrics(namespace=METRICS_NAMESPACE, service=SETTINGS.service)
 class _WarmState:
     """What survives between invocations of one execution environment."""
 
-    def __init__(self) -> None:
-        self.cold = True
+    def __init__(self, cold: bool = True) -> None:
+        self.cold = cold
         self.programs: Any = None  # lambda_worker.program.ProgramCache, created on first use
         self.faults: Any = None  # lambda_worker.session.ChunkFaults, set only by the local runtime
         self.traced: Callable[[Mapping[str, Any], Any], dict[str, Any]] | None = None
@@ -74,7 +84,7 @@ class _WarmState:
         return self.programs
 
 
-STATE = _WarmState()
+STATE = _WarmState(cold=not SETTINGS.provisioned)
 
 
 def configure_faults(faults: Any) -> None:
@@ -82,7 +92,7 @@ def configure_faults(faults: Any) -> None:
     STATE.faults = faults
 
 
-def _warmup(event: Mapping[str, Any], cold: bool, started: float) -> dict[str, Any]:
+def _warmup(event: Mapping[str, Any], context: Any, cold: bool, started: float) -> dict[str, Any]:
     from core.wire.protocol import grpc_module, pb
     from lambda_worker.program import ProgramSpec, preload
 
@@ -92,7 +102,15 @@ def _warmup(event: Mapping[str, Any], cold: bool, started: float) -> dict[str, A
     programs = STATE.program_cache()
     if event.get("program") is not None:
         programs.get(ProgramSpec.from_json(event["program"]))
-    return {"warm": True, "cold_start": cold, "init_seconds": time.monotonic() - started}
+    init_seconds = time.monotonic() - started
+    hold_s = min(max(float(event.get("hold_s") or 0.0), 0.0), MAX_WARMUP_HOLD_S)
+    if hold_s:
+        # Why hold: a round of concurrent warm-ups must overlap, or Lambda hands a finished warm-up's
+        # environment to the next one and the round warms fewer environments than it asked for.
+        time.sleep(hold_s)
+    # The log stream names the environment: a round's answers show how many distinct ones it reached.
+    stream = getattr(context, "log_stream_name", None)
+    return {"warm": True, "cold_start": cold, "init_seconds": init_seconds, "log_stream": stream}
 
 
 def _serve(event: Mapping[str, Any], context: Any, cold: bool, started: float) -> dict[str, Any]:
@@ -127,7 +145,7 @@ def _handle(event: Mapping[str, Any], context: Any) -> dict[str, Any]:
     started = _IMPORT_STARTED if cold else time.monotonic()
     metrics.add_metric(name="ColdStarts" if cold else "WarmStarts", unit=MetricUnit.Count, value=1)
     if isinstance(event, Mapping) and event.get("warmup"):
-        return _warmup(event, cold, started)
+        return _warmup(event, context, cold, started)
     return _serve(event, context, cold, started)
 
 

@@ -32,6 +32,7 @@ from core.errors import ConfigError, SpongeError
 from core.fault_spec import FaultSpec
 from core.wire.protocol import ChannelTls, grpc_module, open_channel
 from router.agent import ready_port
+from router.agent.warm_pool import WarmPoolConfig
 from router.invokers.lambda_api import INVOCATION_TYPES
 from router.stats import INJECTED_KILL_WORKER, WORKERS_PREWARMED
 
@@ -135,6 +136,9 @@ class AgentProcessConfig:
     advertise_port: int | None = None
     start_timeout_s: float = 60.0
     prewarm: int = 0  # warm pool: environments started and warmed at start-up
+    # Keep-warm: while the fleet is idle, warm `max_workers` environments every this many seconds of
+    # idleness (router/agent/warm_pool.py); None or 0: never.
+    keep_warm_s: float | None = None
     idle_timeout_s: float = 10.0  # a worker's session idles out after this long without chunks
     cpus: frozenset[int] | None = None  # pin the agent (and the embedded workers it forks) to these cores
     handoff_dir: Path | None = None  # keyed stages' stash and group states (router/handoff_store.py)
@@ -145,6 +149,7 @@ class AgentProcessConfig:
     def __post_init__(self) -> None:
         if not self.start_timeout_s > 0:
             raise ConfigError(f"start_timeout_s must be positive, got {self.start_timeout_s}")
+        WarmPoolConfig(self.prewarm, self.max_workers, self.keep_warm_s)  # refused here, not by the agent
 
     def tls(self) -> ChannelTls | None:
         """How the launcher's own channels reach the agent: its TLS files, or None for plaintext."""
@@ -179,6 +184,8 @@ class AgentProcessConfig:
             args += ["--worker-log", str(self.log_path)]
         if self.prewarm:
             args += ["--prewarm", str(self.prewarm)]
+        if self.keep_warm_s:
+            args += ["--keep-warm-s", repr(float(self.keep_warm_s))]
         args += ["--idle-timeout-s", str(self.idle_timeout_s)]
         if self.handoff_dir is not None:
             args += ["--handoff-dir", str(self.handoff_dir)]

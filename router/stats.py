@@ -11,7 +11,16 @@ from collections.abc import Mapping
 
 WORKERS_STARTED = "workers_started"
 COLD_STARTS = "cold_starts"
+"""Workers whose session began in a new execution environment (the handler's cold_start flag)."""
+WARM_STARTS = "warm_starts"
+"""Workers whose session began in an environment that had run before (a warm pool's, or a session's)."""
 WORKERS_PREWARMED = "workers_prewarmed"
+KEEP_WARM_PINGS = "keep_warm_pings"
+"""Warm-ups the keep-warm rounds sent that were answered (router/agent/warm_pool.py)."""
+KEEP_WARM_COLD = "keep_warm_cold"
+"""Keep-warm warm-ups that found no warm environment: one was reclaimed, or the pool was still smaller
+than the fleet. Paid while idle, off the burst's path; a count that grows with every round says the
+interval is longer than the platform keeps an idle environment."""
 WORKERS_CONNECTED = "workers_connected_total"
 CHUNKS_SUBMITTED = "chunks_submitted"
 CHUNKS_DISPATCHED = "chunks_dispatched"
@@ -47,6 +56,9 @@ ALL = (
     WORKERS_PREWARMED,
     WORKERS_STARTED,
     COLD_STARTS,
+    WARM_STARTS,
+    KEEP_WARM_PINGS,
+    KEEP_WARM_COLD,
     WORKERS_CONNECTED,
     CHUNKS_SUBMITTED,
     CHUNKS_DISPATCHED,

@@ -40,6 +40,7 @@ from core.offload_chains import KEYED, PARTIAL, OffloadChain
 from core.offload_plan import DEFAULT_OFFLOAD_COST, OffloadPlan
 from core.plan import LogicalPlan
 from merge.keyed_batch import ROUND_KEYS, Fetch
+from router.agent.warm_pool import DEFAULT_KEEP_WARM_S, WarmPoolConfig
 
 TARGETS = ("embedded", "localstack", "aws")  # localstack and aws: a stack deployed by `sponge deploy`
 TLS, MTLS = "tls", "mtls"
@@ -66,6 +67,9 @@ class OffloadConfig:
     stack_dir: Path | None = None  # where `sponge deploy` wrote the stack files (default .sponge/)
     worker_cpus: frozenset[int] | None = None  # pin the agent and workers (drills: the "Lambda" cores)
     prewarm: int = 0  # warm pool (section 4.4): environments warmed at start-up
+    # Keep-warm (section 4.4): while the agent is idle, warm `workers` environments every this many
+    # seconds of idleness, before the platform reclaims them (ADR 0039); None or 0: never.
+    keep_warm_s: float | None = DEFAULT_KEEP_WARM_S
     idle_timeout_s: float = 10.0  # keep an idle worker's session this long (a warm pool keeps it longer)
     offload_cost: float = DEFAULT_OFFLOAD_COST  # sizes the routed epochs (ADR 0008)
     # How the agent invokes a deployed function: "Event" (Lambda queues what it cannot run yet) or
@@ -141,6 +145,7 @@ class OffloadConfig:
             )
         if self.chunk_rows <= 0:
             raise ConfigError(f"chunk rows must be positive, got {self.chunk_rows}")
+        WarmPoolConfig(self.prewarm, self.workers, self.keep_warm_s)  # a bad --keep-warm, before Spark starts
 
     def plan(self) -> OffloadPlan:
         return OffloadPlan.of_share(1, self.share, self.workers)
@@ -214,6 +219,7 @@ class OffloadSession:
                 function=self._function(),
                 cpus=self.config.worker_cpus,
                 prewarm=self.config.prewarm,
+                keep_warm_s=self.config.keep_warm_s,
                 idle_timeout_s=self.config.idle_timeout_s,
                 handoff_dir=self.dir / "handoff",
                 sink_dir=self.out / OFFLOADED_DIR,
@@ -348,6 +354,7 @@ class OffloadSession:
             "records_run_locally_by_agent": totals.get("records_run_locally", 0),
             "workers_started": totals.get("workers_started", 0),
             "cold_starts": totals.get("cold_starts", 0),
+            "warm_starts": totals.get("warm_starts", 0),
             "chunks_dispatched": totals.get("chunks_dispatched", 0),
             "chunks_redispatched": totals.get("chunks_redispatched", 0),
             "chunks_run_locally": totals.get("chunks_run_locally", 0),
@@ -357,6 +364,9 @@ class OffloadSession:
             "throttles": totals.get("throttles", 0),
             "cache_hits": totals.get("cache_hits", 0),
             "workers_prewarmed": totals.get("workers_prewarmed", 0),
+            "keep_warm_s": self.config.keep_warm_s or 0,
+            "keep_warm_pings": totals.get("keep_warm_pings", 0),
+            "keep_warm_cold": totals.get("keep_warm_cold", 0),
             "agent_restarts": self.agent.restarts if self.agent is not None else 0,
             "agent_crashes_recovered": self.agent.crashes if self.agent is not None else 0,
             "injected_faults": injected,

@@ -18,15 +18,15 @@ import logging
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from core.errors import SpongeError
 from core.fault_spec import parse_all
-from router import stats
 from router.agent import ready_line
 from router.agent.config import AgentConfig
 from router.agent.server import AgentServer
+from router.agent.warm_pool import Round, WarmPool, WarmPoolConfig
 from router.dispatcher import DispatchConfig
 from router.faults import check_can_kill
 from router.fleet import FleetConfig
@@ -84,6 +84,14 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--idle-timeout-s", type=float, default=10.0)
     p.add_argument(
         "--prewarm", type=int, default=0, help="warm pool: start and warm this many environments at start-up"
+    )
+    p.add_argument(
+        "--keep-warm-s",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="while no worker is connected or starting, warm --max-workers environments every SECONDS of "
+        "idleness, before the platform reclaims them (0, the default: never)",
     )
     p.add_argument("--worker-log", default=None, help="embedded fleet: file for the workers' logs")
     p.add_argument(
@@ -151,10 +159,40 @@ def _invoker_from_args(args: argparse.Namespace) -> Invoker | None:
     )
 
 
-def _prewarm(agent: AgentServer, invoker: Any, n: int) -> None:
-    """The warm pool of section 4.4: environments started and warmed before any burst needs them."""
-    warmed = invoker.prewarm(n)
-    agent.counters.add(stats.WORKERS_PREWARMED, warmed)
+def _warm_rounds(invoker: Invoker) -> Callable[[int], Round] | None:
+    """One round of n concurrent warm-ups on this backend, as the warm pool counts it; None for a backend
+    that cannot warm. The Lambda API answers each warm-up with its environment's cold flag; the embedded
+    fleet counts the environments it had to start."""
+    warm = getattr(invoker, "warm", None)
+    if warm is not None:
+
+        def lambda_round(n: int) -> Round:
+            done = warm(n)
+            return Round(done.answered, done.cold)
+
+        return lambda_round
+    prewarm = getattr(invoker, "prewarm", None)
+    counters = getattr(invoker, "counters", None)
+    if prewarm is None or not isinstance(counters, dict):
+        return None
+
+    def fleet_round(n: int) -> Round:
+        before = counters.get("cold", 0)
+        answered = prewarm(n)
+        return Round(answered, counters.get("cold", 0) - before)
+
+    return fleet_round
+
+
+def _idle(agent: AgentServer) -> Callable[[], bool]:
+    """True while the fleet has nothing to do: no worker connected or starting, no chunk waiting."""
+
+    def idle() -> bool:
+        s = agent.stats()
+        busy = ("workers_connected", "workers_starting", "chunks_pending", "chunks_in_flight")
+        return not any(s.get(k, 0) for k in busy)
+
+    return idle
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -178,6 +216,9 @@ def main(argv: list[str] | None = None) -> int:
             handoff_dir=Path(args.handoff_dir) if args.handoff_dir else None,
             sink_dir=Path(args.sink_dir) if args.sink_dir else None,
             tls_dir=Path(args.tls_dir) if args.tls_dir else None,
+            warm_pool=WarmPoolConfig(
+                prewarm=max(0, args.prewarm), pool=args.max_workers, keep_warm_s=args.keep_warm_s
+            ),
         )
         check_can_kill(config.faults, can_kill=args.invoker == "embedded")
     except SpongeError as e:  # before any backend is built: a typo must not start processes or clients
@@ -191,8 +232,10 @@ def main(argv: list[str] | None = None) -> int:
         if invoker is not None:
             invoker.close()
         return _refuse(e)
-    if args.prewarm > 0 and invoker is not None and hasattr(invoker, "prewarm"):
-        threading.Thread(target=_prewarm, args=(agent, invoker, args.prewarm), daemon=True).start()
+    rounds = _warm_rounds(invoker) if invoker is not None else None
+    pool = WarmPool(config.warm_pool, rounds, _idle(agent), agent.counters) if rounds is not None else None
+    if pool is not None:
+        pool.start()
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())
@@ -202,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
     print(ready_line(port, agent.address, config.session_id), flush=True)
     done.wait()
     logger.info("stopping")
+    if pool is not None:
+        pool.stop()
     agent.stop()
     with contextlib.suppress(BrokenPipeError):  # a launcher that died reads nothing
         print(json.dumps({"event": "stopped", **agent.stats()}), flush=True)

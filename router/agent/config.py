@@ -13,6 +13,7 @@ from pathlib import Path
 from core.errors import ConfigError
 from core.fault_spec import FaultSpec
 from core.wire.build import build_id
+from router.agent.warm_pool import WarmPoolConfig
 from router.dispatcher import DispatchConfig
 from router.faults import check_agent_faults
 from router.fleet import FleetConfig
@@ -28,7 +29,8 @@ class AgentConfig:
     host:port. `hello_timeout_s`: a connection that does not introduce itself by then is closed.
     `faults`: what the agent injects (kill-worker, throttle, slow-worker only); `fault_seed` seeds the
     share-based ones, so a drill repeats its sequence of decisions. `build`: the digest of the worker
-    sources this agent was started from; a worker of another build is refused.
+    sources this agent was started from; a worker of another build is refused. `warm_pool`: the
+    environments warmed at start-up and kept warm while idle (router/agent/warm_pool.py).
     """
 
     secret: bytes = field(repr=False)  # never in a log line or an error that prints the config
@@ -38,6 +40,7 @@ class AgentConfig:
     session_id: str = field(default_factory=lambda: "s" + secrets.token_hex(8))
     dispatch: DispatchConfig = field(default_factory=DispatchConfig)
     fleet: FleetConfig = field(default_factory=FleetConfig)
+    warm_pool: WarmPoolConfig = field(default_factory=WarmPoolConfig)
     result_cache_bytes: int = 256 * 1024 * 1024
     hello_timeout_s: float = 5.0
     tick_s: float = 0.05

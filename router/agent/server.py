@@ -464,8 +464,7 @@ class _Servicer:
         if not agent.fleet.admit(hello.worker_id, hello.cold_start):
             self._reject(context, grpc.StatusCode.UNAUTHENTICATED, "unknown worker or wrong session secret")
         agent.counters.add(stats.WORKERS_CONNECTED)
-        if hello.cold_start:
-            agent.counters.add(stats.COLD_STARTS)
+        agent.counters.add(stats.COLD_STARTS if hello.cold_start else stats.WARM_STARTS)
         link = StreamLink(hello.worker_id, self.pb2, agent.faults.chunk_delay)
         context.add_callback(link.close)
         threading.Thread(

@@ -15,6 +15,11 @@ Why each setting (DESIGN.md section 7):
 * TCP keepalive keeps long synchronous invokes alive through NAT and load balancers.
 
 "Event" invocations (the default) return 202 at once, and the worker's session reports the rest.
+
+`prewarm(n)` is the warm pool of paper section 4.4 on a deployed function: n warm-up invocations at
+once, always synchronous (their answer says whether the environment was cold), each asking the handler
+to hold its environment for `hold_s` so that the n overlap and Lambda starts or reuses n distinct
+environments instead of handing one finished warm-up's environment to the next.
 """
 
 from __future__ import annotations
@@ -35,6 +40,22 @@ THROTTLE_CODES = frozenset({"TooManyRequestsException", "ThrottlingException"})
 ASYNC_PAYLOAD_LIMIT = 1024 * 1024  # 1 MB for "Event" invokes (6 MB for synchronous)
 SYNC_PAYLOAD_LIMIT = 6 * 1024 * 1024
 INVOCATION_TYPES = ("Event", "RequestResponse")
+WARMUP_HOLD_S = 1.0
+"""How long each warm-up of a round holds its environment (lambda_worker/handler.py caps it): above the
+spread of the round's invokes reaching Lambda (tens of ms on LocalStack, bench.cold_start) with room for
+a loaded machine, and short beside a keep-warm interval."""
+
+
+@dataclass(frozen=True)
+class WarmRound:
+    """What one round of concurrent warm-ups found: how many were asked, answered, and started cold
+    (a new environment: the pool was smaller than asked, or an idle one had been reclaimed)."""
+
+    asked: int
+    answered: int
+    cold: int
+    seconds: float
+    environments: int = 0  # distinct environments that answered (their log streams), where reported
 
 
 @dataclass(frozen=True)
@@ -134,13 +155,50 @@ class Boto3Invoker(Invoker):
         except Exception as e:  # never leave a handle unresolved
             handle.set_exception(InvokeFailed(f"{type(e).__name__}: {e}", error_type=type(e).__name__))
 
-    def invoke(self, payload: bytes) -> InvokeResult:
-        """One invocation, synchronously, with the retries and mappings described in the module doc."""
+    def warm(
+        self, n: int, program: Mapping[str, Any] | None = None, hold_s: float = WARMUP_HOLD_S
+    ) -> WarmRound:
+        """n concurrent synchronous warm-up invocations (see the module doc); never raises for one that
+        fails or is throttled: a warm-up that did not happen only costs a later cold start."""
+        event: dict[str, Any] = {"warmup": True, "hold_s": hold_s}
+        if program is not None:
+            event["program"] = dict(program)
+        payload = json.dumps(event).encode()
+        started = time.monotonic()
+        if n <= 0:
+            return WarmRound(0, 0, 0, 0.0)
+        # A pool of the round's own: the invoker's pool may be held by synchronous worker sessions, and
+        # a warm-up queued behind another would not overlap it.
+        with ThreadPoolExecutor(n, thread_name_prefix="lambda-warmup") as pool:
+            calls = [pool.submit(self.invoke, payload, "RequestResponse") for _ in range(n)]
+        answers = []
+        for call in calls:
+            try:
+                answers.append(call.result().payload or {})
+            except (Throttled, InvokeFailed):
+                continue
+        streams = {a.get("log_stream") for a in answers if a.get("log_stream")}
+        return WarmRound(
+            asked=n,
+            answered=len(answers),
+            cold=sum(1 for a in answers if a.get("cold_start")),
+            seconds=time.monotonic() - started,
+            environments=len(streams),
+        )
+
+    def prewarm(self, n: int, program: Mapping[str, Any] | None = None, hold_s: float = WARMUP_HOLD_S) -> int:
+        """Warm n environments of the deployed function at once; returns how many of them were cold."""
+        return self.warm(n, program, hold_s).cold
+
+    def invoke(self, payload: bytes, invocation_type: str | None = None) -> InvokeResult:
+        """One invocation, synchronously, with the retries and mappings described in the module doc;
+        `invocation_type` overrides the configured one (warm-ups are always RequestResponse)."""
         from botocore.exceptions import ClientError, ConnectionClosedError, EndpointConnectionError
 
+        invocation_type = invocation_type or self.config.invocation_type
         kwargs: dict[str, Any] = {
             "FunctionName": self.config.function_name,
-            "InvocationType": self.config.invocation_type,
+            "InvocationType": invocation_type,
             "Payload": payload,
         }
         if self.config.qualifier:
@@ -176,9 +234,9 @@ class Boto3Invoker(Invoker):
             except ConnectionClosedError as e:
                 # It may have run: retrying could start a second worker, so report instead.
                 raise InvokeFailed(str(e), error_type="ConnectionClosedError") from None
-        return self._result(response, time.monotonic() - started)
+        return self._result(response, time.monotonic() - started, invocation_type)
 
-    def _result(self, response: Mapping[str, Any], seconds: float) -> InvokeResult:
+    def _result(self, response: Mapping[str, Any], seconds: float, invocation_type: str) -> InvokeResult:
         status = int(response.get("StatusCode", 0))
         body = response.get("Payload")
         raw = body.read() if body is not None else b""
@@ -194,7 +252,7 @@ class Boto3Invoker(Invoker):
                 str(info.get("errorMessage", "the function failed")),
                 error_type=str(info.get("errorType", response["FunctionError"])),
             )
-        finished = self.config.invocation_type == "RequestResponse"
+        finished = invocation_type == "RequestResponse"
         return InvokeResult(finished, parsed if isinstance(parsed, Mapping) else None, status, seconds)
 
     def close(self) -> None:
