@@ -47,15 +47,39 @@ a loaded machine, and short beside a keep-warm interval."""
 
 
 @dataclass(frozen=True)
+class WarmUp:
+    """One answered warm-up: whether its environment started cold, the invoke's round trip (with the
+    hold), the handler's own start-up (imports and compile, `init_seconds`), and the environment (its
+    log stream) where the runtime says."""
+
+    cold: bool
+    seconds: float
+    init_seconds: float
+    environment: str | None = None
+
+
+@dataclass(frozen=True)
 class WarmRound:
-    """What one round of concurrent warm-ups found: how many were asked, answered, and started cold
-    (a new environment: the pool was smaller than asked, or an idle one had been reclaimed)."""
+    """What one round of concurrent warm-ups found; a warm-up that failed or was throttled is missing
+    from `answers`."""
 
     asked: int
-    answered: int
-    cold: int
+    answers: tuple[WarmUp, ...]
     seconds: float
-    environments: int = 0  # distinct environments that answered (their log streams), where reported
+
+    @property
+    def answered(self) -> int:
+        return len(self.answers)
+
+    @property
+    def cold(self) -> int:
+        """Answers from a new environment: the pool was smaller than asked, or an idle one was reclaimed."""
+        return sum(1 for a in self.answers if a.cold)
+
+    @property
+    def environments(self) -> int:
+        """Distinct environments that answered (by log stream), where the runtime reports one."""
+        return len({a.environment for a in self.answers if a.environment})
 
 
 @dataclass(frozen=True)
@@ -160,13 +184,13 @@ class Boto3Invoker(Invoker):
     ) -> WarmRound:
         """n concurrent synchronous warm-up invocations (see the module doc); never raises for one that
         fails or is throttled: a warm-up that did not happen only costs a later cold start."""
+        started = time.monotonic()
+        if n <= 0:
+            return WarmRound(0, (), 0.0)
         event: dict[str, Any] = {"warmup": True, "hold_s": hold_s}
         if program is not None:
             event["program"] = dict(program)
         payload = json.dumps(event).encode()
-        started = time.monotonic()
-        if n <= 0:
-            return WarmRound(0, 0, 0, 0.0)
         # A pool of the round's own: the invoker's pool may be held by synchronous worker sessions, and
         # a warm-up queued behind another would not overlap it.
         with ThreadPoolExecutor(n, thread_name_prefix="lambda-warmup") as pool:
@@ -174,17 +198,19 @@ class Boto3Invoker(Invoker):
         answers = []
         for call in calls:
             try:
-                answers.append(call.result().payload or {})
+                result = call.result()
             except (Throttled, InvokeFailed):
                 continue
-        streams = {a.get("log_stream") for a in answers if a.get("log_stream")}
-        return WarmRound(
-            asked=n,
-            answered=len(answers),
-            cold=sum(1 for a in answers if a.get("cold_start")),
-            seconds=time.monotonic() - started,
-            environments=len(streams),
-        )
+            body = result.payload or {}
+            answers.append(
+                WarmUp(
+                    cold=bool(body.get("cold_start")),
+                    seconds=result.seconds,
+                    init_seconds=float(body.get("init_seconds") or 0.0),
+                    environment=body.get("log_stream") or None,
+                )
+            )
+        return WarmRound(n, tuple(answers), time.monotonic() - started)
 
     def prewarm(self, n: int, program: Mapping[str, Any] | None = None, hold_s: float = WARMUP_HOLD_S) -> int:
         """Warm n environments of the deployed function at once; returns how many of them were cold."""

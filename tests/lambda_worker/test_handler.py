@@ -34,6 +34,28 @@ def test_settings_come_from_the_environment_once() -> None:
     on_lambda = {"LAMBDA_TASK_ROOT": "/var/task", "POWERTOOLS_SERVICE_NAME": "w"}
     assert HandlerSettings.from_env(on_lambda) == HandlerSettings("w", True)
     assert not HandlerSettings.from_env({**on_lambda, "POWERTOOLS_TRACE_DISABLED": "true"}).tracing
+    assert not HandlerSettings.from_env(on_lambda).provisioned
+    provisioned = {**on_lambda, "AWS_LAMBDA_INITIALIZATION_TYPE": "provisioned-concurrency"}
+    assert HandlerSettings.from_env(provisioned).provisioned
+    assert not HandlerSettings.from_env(
+        {**on_lambda, "AWS_LAMBDA_INITIALIZATION_TYPE": "on-demand"}
+    ).provisioned
+
+
+def test_an_environment_that_provisioned_concurrency_initialised_starts_warm() -> None:
+    """Lambda runs a provisioned environment's init ahead of any invoke: its first session is not a cold
+    start (as Powertools' own ColdStart metric says), so the agent does not count one."""
+    code = (
+        "import json; from lambda_worker.handler import handler; from tests.router.fakes import FakeContext;"
+        "print(json.dumps(handler({'warmup': True}, FakeContext(10))['cold_start']))"
+    )
+    base = {"POWERTOOLS_TRACE_DISABLED": "true", "PATH": ""}
+    for init_type, cold in (("provisioned-concurrency", False), ("on-demand", True)):
+        env = {**base, "AWS_LAMBDA_INITIALIZATION_TYPE": init_type}
+        p = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env, timeout=60
+        )
+        assert json.loads(p.stdout.strip().splitlines()[-1]) is cold, init_type
 
 
 def test_warmup_compiles_the_program_and_later_invocations_are_warm() -> None:
@@ -44,6 +66,21 @@ def test_warmup_compiles_the_program_and_later_invocations_are_warm() -> None:
     second = h.handler({"warmup": True}, FakeContext(10))
     assert first["warm"] and second["warm"] and second["cold_start"] is False
     assert len(h.STATE.program_cache()) >= 1
+    assert second["log_stream"] == "test"  # names the environment: a warm round counts distinct ones
+
+
+def test_a_warmup_holds_its_environment_as_asked_and_briefly() -> None:
+    """A round of warm-ups overlaps only if each holds its environment; a bad or huge hold is bounded."""
+    import time
+
+    from lambda_worker import handler as h
+
+    h.handler({"warmup": True}, FakeContext(10))  # imports paid before the timing
+    for asked, least, most in ((0.3, 0.3, 1.0), (None, 0.0, 0.2), (-3, 0.0, 0.2)):
+        t0 = time.monotonic()
+        assert h.handler({"warmup": True, "hold_s": asked}, FakeContext(10))["warm"]
+        assert least <= time.monotonic() - t0 < most, asked
+    assert h.MAX_WARMUP_HOLD_S <= 5.0
 
 
 def test_a_bad_descriptor_fails_the_invocation_with_its_reason() -> None:

@@ -132,3 +132,43 @@ def test_config_is_validated_and_backends_are_chosen_by_name() -> None:
         Boto3InvokerConfig(function_name="f", invocation_type="DryRun")
     with pytest.raises(Exception, match="unknown invoker"):
         make_invoker("kubernetes")
+
+
+def test_a_warm_round_is_synchronous_and_counts_the_cold_answers() -> None:
+    """Event invokes answer nothing, so warm-ups are RequestResponse whatever the agent's type; a
+    throttled one is missing from the round, not an error."""
+    inv, stub = _invoker(invocation_type="Event", qualifier="live")
+    expected = {"FunctionName": "sponge-worker", "InvocationType": "RequestResponse", "Payload": ANY}
+    expected["Qualifier"] = "live"
+    for cold, stream in ((True, "a"), (True, "b"), (False, "c")):
+        answer = {"warm": True, "cold_start": cold, "init_seconds": 0.8, "log_stream": stream}
+        stub.add_response("invoke", {"StatusCode": 200, "Payload": _body(answer)}, expected)
+    stub.add_client_error("invoke", service_error_code="TooManyRequestsException", http_status_code=429)
+    done = inv.warm(4)
+    stub.assert_no_pending_responses()
+    assert (done.asked, done.answered, done.cold, done.environments) == (4, 3, 2, 3)
+    assert all(a.init_seconds == 0.8 for a in done.answers)
+    assert inv.warm(0).answered == 0
+
+
+class _Barrier:
+    """A Lambda client whose invokes answer only once `n` of them are in flight together: a round whose
+    warm-ups did not overlap never completes (the barrier times out and the warm-ups fail)."""
+
+    def __init__(self, n: int) -> None:
+        import threading
+
+        self.barrier = threading.Barrier(n, timeout=5)
+        self.events: list[dict] = []
+
+    def invoke(self, **kwargs: object) -> dict:
+        self.barrier.wait()
+        self.events.append(json.loads(kwargs["Payload"]))  # type: ignore[arg-type]
+        return {"StatusCode": 200, "Payload": _body({"cold_start": True, "log_stream": "x"})}
+
+
+def test_the_warm_ups_of_a_round_overlap_and_ask_the_handler_to_hold() -> None:
+    client = _Barrier(5)
+    inv = Boto3Invoker(Boto3InvokerConfig(function_name="f", concurrency_limit=1), client=client)
+    assert inv.prewarm(5, program={"query": "q5"}, hold_s=0.5) == 5  # all five cold, though one invoke thread
+    assert all(e == {"warmup": True, "hold_s": 0.5, "program": {"query": "q5"}} for e in client.events)
