@@ -83,19 +83,22 @@ def drill(
 ) -> None:
     """Burst drill: run QUERY through a burst under several scaling policies and compare them.
 
-    Each policy runs in its own process on the same trace, the VM side pinned to core 0 and the
-    Lambda workers to core 1 (Over gets both cores for the VMs). vmbase and vminit run on a Spark
-    standalone cluster and, when the policy detects the burst, add a VM (a worker on core 1): vmbase's
-    after --vm-launch-delay, vminit's was started in advance. The drill prints a table, checks
-    every policy's output against the batch reference, and writes report.json, report.md and PNG plots
-    (p99 latency per second with the burst shaded, VM CPU, workers, offloaded share) under --report.
+    Each policy runs in its own process on the same trace and the same deployment: a Spark standalone
+    cluster whose VM is pinned to core 0, with the Lambda workers on core 1 (Over's VM gets both
+    cores). vmbase and vminit add a VM (a worker on core 1) when the policy detects the burst:
+    vmbase's after --vm-launch-delay, vminit's was started in advance. Each run warms up, and its
+    policy decides nothing until its epochs are steady; the report gives every policy's p99 before
+    the burst and calls the drill unfair when they differ by more than 25 %. The drill prints a table,
+    checks every policy's output against the batch reference, and writes report.json, report.md and
+    PNG plots (p99 latency per second with the burst shaded, VM CPU, workers, offloaded share) under
+    --report.
 
-    Every run (the probes too) gets the same memory: --driver-memory, --state-store and
-    --rocksdb-memory, sized from this machine unless set, and --executor-memory for the VMs of vmbase
-    and vminit. report.json records them; each run's JVM log is REPORT/<policy>/jvm.log.
+    Every run (the probes too) gets the same memory: --driver-memory, --executor-memory (each VM),
+    --state-store and --rocksdb-memory, sized from this machine unless set. report.json records them;
+    each run's JVM log is REPORT/<policy>/jvm.log.
     """
     from core.config_file import data_plane
-    from core.drill.drill import VM_SCALING, DrillConfig, policies_from, run_drill
+    from core.drill.drill import EXECUTORS, DrillConfig, policies_from, run_drill
     from core.drill.report import write_report
 
     check_query(query)
@@ -121,7 +124,6 @@ def drill(
             f"{flag} tunes the {' or '.join(needs)} policy, which this drill does not run",
             hint=f"drop {flag}, or add {needs[0]} to --compare",
         )
-    vms = any(p in VM_SCALING for p in policies)
     config = DrillConfig(
         query=query,
         pattern=pattern,
@@ -140,8 +142,8 @@ def drill(
             executor_memory,
             state_store,
             rocksdb_memory,
-            executors=2 if vms else 0,
-            no_executors="it runs no standalone VMs (vmbase, vminit), so its tasks run in the driver JVM",
+            executors=EXECUTORS,
+            no_executors="",
         ),
     )
     with err.status(f"drill ({config.memory.describe()}) ...") as spinner:

@@ -59,8 +59,15 @@ NOT_LIVE = {  # policies the simulator models but a live drill cannot run, and w
 }
 DEFAULT_RHO = {"q1": 7.7, "q5": 19.6}  # bench.offload on this machine (worker / VM bids per core)
 LAMBDA_MEMORY_MB = 1769
-CALIBRATION_MEMORY = ("driver_memory", "state_store", "rocksdb_memory")  # in a cached probe's key
-BATCH_CAP = 200_000  # the source's max events per epoch (RunConfig's default), which bounds a VM's rate
+CALIBRATION_MEMORY = (
+    "driver_memory",
+    "executor_memory",
+    "state_store",
+    "rocksdb_memory",
+)  # in a cached probe's key
+BATCH_CAP = 200_000  # the source's events per epoch per VM core at a run's start (core/spark/admission.py)
+EXECUTORS = 2  # executor JVMs a drill's run can have at once: the base VM's and a VM added at run time
+DEFAULT_EXECUTOR_MB = 1024  # a VM's executor heap when --executor-memory is not given (Spark's 1g)
 
 
 @dataclass(frozen=True)
@@ -87,8 +94,7 @@ class DrillConfig:
     window_size_s: int = 10
     window_slide_s: int = 2
     vm_launch_delay_s: float = 25.0  # vmbase: from the VM's request to its worker's start (its boot)
-    # The JVMs' heaps and the state store of every run (probes included); executor_mb sizes the
-    # standalone VMs of vmbase/vminit and is refused without them.
+    # The JVMs' heaps and the state store of every run (probes included); executor_mb sizes each VM.
     memory: MemoryConfig = field(default_factory=MemoryConfig)
 
     def __post_init__(self) -> None:
@@ -134,19 +140,8 @@ class DrillConfig:
             raise ConfigError("vmbase and vminit add a VM on the worker cores; none are set")
         self._check_memory()
 
-    @property
-    def executors(self) -> int:
-        """Executor JVMs a run of this drill can have at once: vmbase/vminit's base VM and added VM."""
-        return 2 if any(p in VM_SCALING for p in self.policies) else 0
-
     def _check_memory(self) -> None:
-        if self.memory.executor_mb is not None and not self.executors:
-            raise ConfigError(
-                "--executor-memory sizes the standalone VMs of vmbase and vminit, and this drill runs "
-                "neither: its tasks run in the driver JVM",
-                hint="drop --executor-memory (--driver-memory sizes the driver), or add vmbase to --compare",
-            )
-        self.memory.check_fits(self.executors)
+        replace(self.memory, executor_mb=self.memory.executor_mb or DEFAULT_EXECUTOR_MB).check_fits(EXECUTORS)
         if self.memory.state_store != "rocksdb":
             from core.job import load
             from core.nexmark.params import QueryParams
@@ -179,7 +174,7 @@ def run_drill(config: DrillConfig, status: Callable[[str], None] = print) -> dic
             epoch_fixed_s=calibration.fixed_s(routed=routed),
         )
         result = _run_child(spec, config.report / policy, status)
-        runs.append(_summarise(config, policy, trace, result, reference))
+        runs.append(_summarise(config, spec, trace, result, reference))
     return {
         "query": config.query,
         "pattern": trace.pattern,
@@ -262,11 +257,6 @@ def _spec(config: DrillConfig, policy: str, trace: Trace, per_core: float, route
     over = policy == "over"
     vm_cpus = sorted({*config.vm_cpus, *config.worker_cpus}) if over else list(config.vm_cpus)
     vms = policy in VM_SCALING
-    # One shuffle partition per core the run's VMs can ever hold: a second partition on one core only
-    # adds a task and a state store commit to every epoch (a routed Q5 epoch at 127,000 events/s took
-    # 1.7-2.1 s with one partition, 2.4-3.5 s with two), and a VM added at run time needs partitions
-    # of its own to take over.
-    partitions = len(vm_cpus) + (len(config.worker_cpus) if vms else 0)
     return PolicyRun(
         policy=policy,
         query=config.query,
@@ -274,9 +264,11 @@ def _spec(config: DrillConfig, policy: str, trace: Trace, per_core: float, route
         seed=config.seed,
         schedule=trace.schedule.text(),
         output=str(config.report / policy / "output"),
-        master="standalone" if vms else f"local[{2 * len(vm_cpus)},4]",
+        master="standalone",
         vm_cpus=vm_cpus,
-        shuffle_partitions=partitions,
+        shuffle_partitions=shuffle_partitions(config),
+        batch_events=BATCH_CAP * len(vm_cpus),
+        onset_s=trace.bursts[0][0] if trace.bursts else None,
         worker_cpus=list(config.worker_cpus),
         offload=routed,
         target=config.target,
@@ -292,13 +284,38 @@ def _spec(config: DrillConfig, policy: str, trace: Trace, per_core: float, route
         deadline_s=float(config.window_slide_s),
         window_size_s=config.window_size_s,
         window_slide_s=config.window_slide_s,
-        standalone=vms,
+        standalone=True,
         warm_vms=1 if policy == "vminit" else 0,
         vms_on_burst=1 if vms else 0,
         vm_launch_delay_s=config.vm_launch_delay_s,
-        # A VM's executor gets --executor-memory (Spark's 1g when the config has none); local runs have none.
-        memory=replace(config.memory, executor_mb=(config.memory.executor_mb or 1024) if vms else None),
+        memory=replace(config.memory, executor_mb=config.memory.executor_mb or DEFAULT_EXECUTOR_MB),
     )
+
+
+def shuffle_partitions(config: DrillConfig) -> int:
+    """One shuffle partition per core any run of the drill can hold, the same for every policy.
+
+    A second partition on one core only adds a task and a state-store commit to every epoch (a routed
+    Q5 epoch at 127,000 events/s took 1.7-2.1 s with one partition, 2.4-3.5 s with two, ADR 0013), but
+    a VM added at run time needs partitions of its own to take over, and the policies must run the
+    same plan: so the count is the VM and worker cores together.
+    """
+    return len({*config.vm_cpus, *config.worker_cpus})
+
+
+def deployment(spec: PolicyRun) -> dict[str, Any]:
+    """Where a policy ran, for the report: the same for every policy bar what its nature adds."""
+    adds = "a VM on the worker cores at the burst" if spec.vms_on_burst else None
+    if spec.persistent:
+        adds = "VMs on the worker cores when a burst persists"
+    return {
+        "spark": "standalone",
+        "vm_cores": len(spec.vm_cpus),
+        "shuffle_partitions": spec.shuffle_partitions,
+        "batch_events": spec.batch_events,
+        "lambda_workers": spec.max_workers if spec.offload else 0,
+        "adds": adds,
+    }
 
 
 def _run_child(spec: PolicyRun, directory: Path, status: Callable[[str], None]) -> dict[str, Any]:
@@ -367,11 +384,14 @@ def _reference(config: DrillConfig, trace: Trace) -> Any:
 
 
 def _summarise(
-    config: DrillConfig, policy: str, trace: Trace, result: dict[str, Any], reference: Any
+    config: DrillConfig, spec: PolicyRun, trace: Trace, result: dict[str, Any], reference: Any
 ) -> dict[str, Any]:
+    from core.drill import capacity_use
+    from core.drill.steady import pre_burst
     from core.results import diff_results, read_results
     from policy.cost_model import Prices, lambda_cost_usd
 
+    policy = spec.policy
     origin = result["origin"]
     epochs = [latency.Epoch(**e) for e in result["epochs"]]
     series = latency.per_second(epochs, trace.schedule, origin, trace.duration_s, trace.events)
@@ -398,9 +418,24 @@ def _summarise(
     )
     output = config.report / policy / "output"
     match = None if reference is None else diff_results(read_results(output), reference) is None
+    peak_p99 = latency.peak(series.p99_ms, trace.bursts, after_s=config.window_slide_s)
+    onset, end = trace.bursts[0] if trace.bursts else (trace.duration_s, trace.duration_s)
+    pre_p99 = pre_burst(series.p99_ms, onset)
+    vm_cpu = by_second(lambda s: s["observation"]["cpu"])
+    burst_cpu = capacity_use.mean_between(vm_cpu, onset, end)
     return {
         "policy": policy,
-        "peak_p99_ms": latency.peak(series.p99_ms, trace.bursts, after_s=config.window_slide_s),
+        "peak_p99_ms": peak_p99,
+        "pre_burst_p99_ms": pre_p99,
+        "steady_s": result.get("steady_s"),
+        "armed_s": result.get("armed_s"),
+        "deployment": deployment(spec),
+        "before_onset": capacity_use.before_onset(share, workers, onset),
+        "in_burst": {
+            "admitted_events_per_s": capacity_use.admitted_per_s(epochs, origin, onset, end),
+            "vm_cpu": burst_cpu,
+            "behind_with_idle_cores": capacity_use.behind_with_idle_cores(peak_p99, pre_p99, burst_cpu),
+        },
         "mean_p99_ms_during_burst": latency.mean(series.p99_ms, trace.bursts),
         "p99_ms_by_second": series.p99_ms,
         "p50_ms_by_second": series.p50_ms,
@@ -413,7 +448,7 @@ def _summarise(
         "lambda_worker_seconds": worker_s,
         "cost_usd": round(cost, 6),
         "results_match_reference": match,
-        "vm_cpu_by_second": by_second(lambda s: s["observation"]["cpu"]),
+        "vm_cpu_by_second": vm_cpu,
         "workers_by_second": workers,
         "offload_share_by_second": share,
         "vm_cores_by_second": [c if c is not None else base_cores for c in cores],

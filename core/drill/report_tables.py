@@ -18,6 +18,7 @@ from rich.text import Text
 from core.drill.report_numbers import (
     DEFAULT_LABEL,
     burst_windows,
+    deployment_text,
     finite,
     fmt_ms,
     fmt_ratio,
@@ -60,6 +61,7 @@ def _table_header(report: Mapping[str, Any]) -> list[str]:
     return [
         "policy",
         "peak p99 (ms)",
+        "pre-burst p99 (ms)",
         "mean p99 in burst (ms)",
         "reaction (s)",
         "recovery (s)",
@@ -71,7 +73,7 @@ def _table_header(report: Mapping[str, Any]) -> list[str]:
 
 
 # Alignment of the table's columns: names left, numbers right, the check mark centred.
-_ALIGN = ("left", "right", "right", "right", "right", "right", "right", "center", "right")
+_ALIGN = ("left", "right", "right", "right", "right", "right", "right", "right", "center", "right")
 
 
 def _table_rows(report: Mapping[str, Any]) -> list[list[tuple[str, str]]]:
@@ -86,6 +88,7 @@ def _table_rows(report: Mapping[str, Any]) -> list[list[tuple[str, str]]]:
             [
                 (label, "bold" if i == ref else ""),
                 (fmt_ms(peak), ""),
+                (fmt_ms(finite(run.get("pre_burst_p99_ms"))), ""),
                 (fmt_ms(mean_p99_during_burst(run, bursts)), ""),
                 (fmt_seconds(finite(run.get("reaction_s")), burst=bool(bursts)), ""),
                 (fmt_seconds(finite(run.get("recovery_s")), burst=bool(bursts)), ""),
@@ -148,6 +151,39 @@ def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]], align: Seque
     return lines
 
 
+_CAPACITY_HEADER = (
+    "policy",
+    "deployment",
+    "steady at (s)",
+    "admitted in burst (events/s)",
+    "VM CPU in burst",
+    "share before onset",
+)
+
+
+def _capacity_rows(report: Mapping[str, Any]) -> list[list[str]]:
+    """Where each policy ran and what it did with its capacity (empty for reports without these fields)."""
+    rows = []
+    for run, label in zip(runs_of(report), policy_labels(report), strict=True):
+        if "deployment" not in run:
+            continue
+        burst = run.get("in_burst") if isinstance(run.get("in_burst"), Mapping) else {}
+        early = run.get("before_onset") if isinstance(run.get("before_onset"), Mapping) else {}
+        cpu = finite(burst.get("vm_cpu"))
+        flag = " (behind with idle cores)" if burst.get("behind_with_idle_cores") else ""
+        rows.append(
+            [
+                label,
+                deployment_text(run),
+                fmt_seconds(finite(run.get("steady_s"))),
+                _fmt_number(finite(burst.get("admitted_events_per_s")), 0),
+                ("n/a" if cpu is None else f"{cpu:.0%}") + flag,
+                f"{finite(early.get('max_share')) or 0:.0%}",
+            ]
+        )
+    return rows
+
+
 def write_markdown(
     report: Mapping[str, Any],
     out_dir: Path | str,
@@ -187,6 +223,11 @@ def write_markdown(
         )
         lines.append("")
     lines += [verdict(report), ""]
+    capacity = _capacity_rows(report)
+    if capacity:
+        lines += ["Deployment and capacity per policy:", ""]
+        lines += _md_table(_CAPACITY_HEADER, capacity, ("left", "left", "right", "right", "right", "right"))
+        lines.append("")
     for plot in plots:
         path = Path(plot)
         rel = os.path.relpath(path if path.is_absolute() else out / path, out)

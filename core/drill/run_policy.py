@@ -22,10 +22,12 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from core.drill.steady import ArmedPolicy, SteadyWatch
 from core.errors import ConfigError, SpongeError
 from core.latency import Epoch
 from core.offload_plan import DEFAULT_OFFLOAD_COST
 from core.run_output import Existing
+from core.spark.admission import write_vm_scale
 from core.spark.runner import RunHooks
 from core.spark.session import MachineMemory, MemoryConfig
 from policy.cost_model import Prices
@@ -79,6 +81,8 @@ class PolicyRun:
     vm_launch_delay_s: float = 25.0  # a new VM's boot, before its worker starts
     persistent: bool = False  # the persistent-burst rule may buy VMs (policy/persistent_burst.py)
     persistent_handover_s: float = 5.0  # Lambdas kept after the bought VMs are usable (the rule's H)
+    batch_events: int = 200_000  # the source's cap per epoch at the run's starting VM cores
+    onset_s: float | None = None  # the first burst's start: the policy decides from then if never steady
     share: float = 0.0  # offloaded share while the policy has not decided (the routed probe's fixed share)
     offload_cost: float = DEFAULT_OFFLOAD_COST  # an offloaded event's VM work in kept events (calibrated)
     epoch_fixed_s: float | None = None  # the calibrated fixed epoch cost: the monitor's utilisation
@@ -118,6 +122,9 @@ class DrillHooks(RunHooks):
         self.session: Any = None
         self.origin = 0.0
         self.published: list[dict[str, Any]] = []
+        self.steady = SteadyWatch(schedule)
+        self.armed: ArmedPolicy | None = None
+        self._vm_scale = 1.0
 
     def on_progress(self, p: dict) -> None:
         from core.spark.live_policy import generated_epoch
@@ -127,6 +134,7 @@ class DrillHooks(RunHooks):
             return
         self.epochs.append(epoch)
         self.covered = max(self.covered, epoch.covered)
+        self.steady.add(epoch)
 
     def started(self, spark: Any, session: Any, origin: float) -> None:
         from core.spark.live_policy import spark_monitor
@@ -135,6 +143,7 @@ class DrillHooks(RunHooks):
         from policy.offload_policy import PolicyConfig, SpongePolicy
 
         self.session, self.origin = session, origin
+        self.steady.origin = origin
         released_cap = self.run.events + 1
         monitor = spark_monitor(
             spark,
@@ -157,8 +166,9 @@ class DrillHooks(RunHooks):
                 offload_cost=self.run.offload_cost,
             )
             rule = self._vm_rule() if self.run.persistent else None
+            self.armed = ArmedPolicy(SpongePolicy(config), self._armed)
             policy, log = (
-                SpongePolicy(config),
+                self.armed,
                 DecisionLog(Path(self.run.output + "-decisions.jsonl"), config, vm_rule=rule),
             )
             self.vm_action = self._vm_action(rule)
@@ -169,8 +179,23 @@ class DrillHooks(RunHooks):
             log=log,
             gauges=self._gauges,
             vm_action=self.vm_action,
+            on_sample=self._admit,
         )
         self.loop.start()
+
+    def _armed(self, t: float) -> bool:
+        """The policy decides once the run is steady, or from the burst's onset if it never settles."""
+        onset = self.run.onset_s
+        return self.steady.steady_s is not None or (onset is not None and t >= onset)
+
+    def _admit(self, obs: Any, decision: Any, gauges: dict[str, float]) -> None:
+        """Publish the VM cores' ratio to the start's for the source's cap (core/spark/admission.py)."""
+        if self.pool is None or not obs.vm_cores:
+            return
+        scale = obs.vm_cores / len(self.run.vm_cpus)  # the base VM is pinned to the VM cores
+        if scale != self._vm_scale:
+            write_vm_scale(capacity_file(self.run), scale)
+            self._vm_scale = scale
 
     def _vm_rule(self) -> Any:
         """The persistent-burst rule, sized for this machine: one added VM on the worker cores at most."""
@@ -232,6 +257,7 @@ class DrillHooks(RunHooks):
         if self.pool is None:
             return {}
         return {
+            "vm_scale": self._vm_scale,
             "vms": self.pool.timeline(self.origin),
             "executors": self.executors,
             "vm_actions": getattr(self.vm_action, "events", []),
@@ -244,6 +270,12 @@ class DrillHooks(RunHooks):
             {"observation": asdict(o), "decision": asdict(d) if d is not None else None, "gauges": g}
             for o, d, g in self.loop.samples
         ]
+
+
+def capacity_file(spec: PolicyRun) -> Path:
+    """Where the driver publishes the run's VM capacity scale for its source (beside its output)."""
+    out = Path(spec.output)
+    return out.parent / f"{out.name}-capacity"
 
 
 def run(spec: PolicyRun) -> dict[str, Any]:
@@ -344,9 +376,12 @@ def _run(spec: PolicyRun, pool: Any) -> dict[str, Any]:
         existing=Existing.REPLACE,  # the drill's own run from an earlier drill
         params=QueryParams(window_size_s=spec.window_size_s, window_slide_s=spec.window_slide_s),
         pace=True,
+        max_events_per_batch=spec.batch_events,
+        capacity_file=capacity_file(spec) if pool is not None else None,
         spark=_spark_config(spec, pool.master_url if pool is not None else None),
         offload=offload,
     )
+    capacity_file(spec).unlink(missing_ok=True)  # an earlier drill's scale must not carry over
     # Warm the JVM, its code generation and the Python workers first: the VMs of a job in its stable
     # period are warm, and the drill's trace starts in that stable period. On a standalone cluster the
     # driver and the executor are separate JVMs whose per-epoch paths warm only over many epochs (one
@@ -372,6 +407,9 @@ def _run(spec: PolicyRun, pool: Any) -> dict[str, Any]:
         "epochs": [asdict(e) for e in hooks.epochs],
         "samples": hooks.per_second(),
         "published": hooks.published,
+        "steady_s": hooks.steady.steady_s,
+        "steady_criterion": hooks.steady.criterion.describe(),
+        "armed_s": hooks.armed.armed_s if hooks.armed is not None else None,
         **hooks.vm_result(),
     }
 

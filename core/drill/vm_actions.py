@@ -99,7 +99,12 @@ class PersistentVms:
             if request.release:
                 released = self.pool.release(request.release)
             self.events.append(
-                {"t": round(obs.t, 3), "add": request.add, "release": request.release,
-                 "released": released, "reason": request.reason}
+                {
+                    "t": round(obs.t, 3),
+                    "add": request.add,
+                    "release": request.release,
+                    "released": released,
+                    "reason": request.reason,
+                }
             )
         return {"vms_usable": usable, "vms_pending": pending, "vm_request": request}

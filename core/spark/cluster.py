@@ -99,8 +99,10 @@ class PendingWorker:
 
     def wait(self, timeout_s: float | None = None) -> PendingWorker:
         if not self._done.wait(timeout_s):
-            raise ClusterError(f"worker {self.index} did not register within {timeout_s} s",
-                               hint="see its log in the cluster's run directory")
+            raise ClusterError(
+                f"worker {self.index} did not register within {timeout_s} s",
+                hint="see its log in the cluster's run directory",
+            )
         if self.error is not None:
             raise self.error
         return self
@@ -192,8 +194,10 @@ class StandaloneCluster:
         self._started = True
         spark_class = self.spark_home / "bin" / "spark-class"
         if not spark_class.exists():
-            raise MissingDependencyError(f"{spark_class} not found",
-                                         hint="install pyspark (make setup) or set ClusterConfig.spark_home")
+            raise MissingDependencyError(
+                f"{spark_class} not found",
+                hint="install pyspark (make setup) or set ClusterConfig.spark_home",
+            )
         check_java()
         self.config.run_dir.mkdir(parents=True, exist_ok=True)
         (self.config.run_dir / "conf").mkdir(exist_ok=True)
@@ -331,8 +335,15 @@ class StandaloneCluster:
         host = self.config.host
         self.master_port, self.webui_port = free_port(host), free_port(host)
         self._spawn(
-            [MASTER_CLASS, "--host", host, "--port", str(self.master_port),
-             "--webui-port", str(self.webui_port)],
+            [
+                MASTER_CLASS,
+                "--host",
+                host,
+                "--port",
+                str(self.master_port),
+                "--webui-port",
+                str(self.webui_port),
+            ],
             "master.log",
             (),
         )
@@ -346,10 +357,22 @@ class StandaloneCluster:
             spec, host = pending.spec, self.config.host
             log_name = f"worker-{pending.index}.log"
             proc = self._spawn(
-                [WORKER_CLASS, "--host", host, "--port", str(pending.port),
-                 "--webui-port", str(free_port(host)), "--cores", str(spec.cores),
-                 "--memory", f"{spec.memory_mb}m",
-                 "--work-dir", str(self.config.run_dir / f"work-{pending.index}"), self.master_url],
+                [
+                    WORKER_CLASS,
+                    "--host",
+                    host,
+                    "--port",
+                    str(pending.port),
+                    "--webui-port",
+                    str(free_port(host)),
+                    "--cores",
+                    str(spec.cores),
+                    "--memory",
+                    f"{spec.memory_mb}m",
+                    "--work-dir",
+                    str(self.config.run_dir / f"work-{pending.index}"),
+                    self.master_url,
+                ],
                 log_name,
                 spec.cpus,
             )
@@ -357,8 +380,10 @@ class StandaloneCluster:
 
             def registered() -> bool:
                 if proc.poll() is not None:
-                    raise ClusterError(f"worker {pending.index} exited with {proc.returncode}",
-                                       hint=f"see {self.config.run_dir / log_name}")
+                    raise ClusterError(
+                        f"worker {pending.index} exited with {proc.returncode}",
+                        hint=f"see {self.config.run_dir / log_name}",
+                    )
                 for w in self.alive_workers():
                     if w.get("port") == pending.port:
                         pending.worker_id = str(w.get("id"))
@@ -380,6 +405,8 @@ class StandaloneCluster:
             if self._stopping.is_set():
                 raise ClusterError(f"the cluster stopped while waiting for {what}")
             if time.monotonic() > deadline:
-                raise ClusterError(f"timed out after {self.config.start_timeout_s} s waiting for {what}",
-                                   hint=f"see {self.config.run_dir / log_name}")
+                raise ClusterError(
+                    f"timed out after {self.config.start_timeout_s} s waiting for {what}",
+                    hint=f"see {self.config.run_dir / log_name}",
+                )
             time.sleep(self.config.poll_interval_s)

@@ -35,8 +35,10 @@ class WorkerSpec:
         if not isinstance(self.cores, int) or self.cores < 1:
             raise ConfigError(f"a worker needs >= 1 core, got {self.cores!r}")
         if self.memory_mb < MIN_WORKER_MEMORY_MB:
-            raise ConfigError(f"a worker needs >= {MIN_WORKER_MEMORY_MB} MB, got {self.memory_mb}",
-                              hint="it must fit an executor (spark.executor.memory, 1g by default)")
+            raise ConfigError(
+                f"a worker needs >= {MIN_WORKER_MEMORY_MB} MB, got {self.memory_mb}",
+                hint="it must fit an executor (spark.executor.memory, 1g by default)",
+            )
         if executor_memory_mb is not None and self.memory_mb < executor_memory_mb:
             raise ConfigError(
                 f"a worker of {self.memory_mb} MB cannot hold an executor of {executor_memory_mb} MB",
@@ -44,8 +46,10 @@ class WorkerSpec:
             )
         unknown = sorted(set(self.cpus) - available_cpus)
         if unknown:
-            raise ConfigError(f"cannot pin a worker to CPUs {unknown}",
-                              hint=f"this process may use CPUs {sorted(available_cpus)}")
+            raise ConfigError(
+                f"cannot pin a worker to CPUs {unknown}",
+                hint=f"this process may use CPUs {sorted(available_cpus)}",
+            )
 
 
 @dataclass(frozen=True)

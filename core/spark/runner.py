@@ -50,6 +50,9 @@ class RunConfig:
     params: QueryParams = field(default_factory=QueryParams)
     pace: bool = False
     max_events_per_batch: int = 200_000
+    # The VM capacity scale the driver publishes for the source's cap (core/spark/admission.py); None:
+    # the cap stays max_events_per_batch (times the offloaded share's scale).
+    capacity_file: Path | None = None
     spark: SparkConfig = field(default_factory=SparkConfig)
     plain: bool = False  # lower without proxies (bench baseline)
     timeout_s: float = 1800.0

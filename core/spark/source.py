@@ -14,7 +14,8 @@ Options (all strings): entity (required), events (required), seed (0), schedule 
 "10000"), pace ("none" | "arrival"), pace_origin (unix seconds of event 0's release; default: when
 the stream reader is created), max_events_per_batch (200000), records_per_task (100000: a task covers
 the offsets that hold about this many of the entity's records, so a person task covers 50 times the
-offsets of a bid task; a Python source task costs ~0.1 s whatever it holds, ADR 0016).
+offsets of a bid task; a Python source task costs ~0.1 s whatever it holds, ADR 0016), capacity_file
+(the run's VM capacity scale, which multiplies max_events_per_batch: core/spark/admission.py).
 When a paced query restarts from a checkpoint, pass pace_origin explicitly: otherwise the clock
 restarts and the query waits until it catches up with the checkpointed offset.
 
@@ -35,6 +36,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
@@ -75,6 +77,7 @@ class SourceOptions:
     max_events_per_batch: int = 200_000
     records_per_task: int = 100_000
     route: RouteOptions | None = None
+    capacity_file: Path | None = None  # the run's VM capacity scale (core/spark/admission.py)
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -104,6 +107,7 @@ class SourceOptions:
             max_events_per_batch=_integer(opts, "max_events_per_batch", 200_000, minimum=1),
             records_per_task=_integer(opts, "records_per_task", 100_000, minimum=1),
             route=RouteOptions.parse(opts),
+            capacity_file=Path(opts["capacity_file"]) if opts.get("capacity_file") else None,
         )
         parsed.generator_config()  # validate the generator's own constraints up front
         return parsed
@@ -243,14 +247,17 @@ class NexmarkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._offset(end)
 
     def _batch_cap(self) -> int:
-        """The most offsets one epoch covers: max_events_per_batch, more while a share is offloaded."""
-        cap = self.options.max_events_per_batch
-        route = self.options.route
-        if route is None:
-            return cap
-        from router.routing_log import read_current_plan
+        """The most offsets one epoch covers: max_events_per_batch, scaled with the run's capacity now."""
+        from core.spark.admission import batch_cap, read_vm_scale
 
-        return int(cap * route.batch_scale(read_current_plan(route.offload_dir).share))
+        route = self.options.route
+        share_scale = 1.0
+        if route is not None:
+            from router.routing_log import read_current_plan
+
+            share_scale = route.batch_scale(read_current_plan(route.offload_dir).share)
+        vm_scale = read_vm_scale(self.options.capacity_file)
+        return batch_cap(self.options.max_events_per_batch, vm_scale, share_scale)
 
     def reportLatestOffset(self) -> dict:
         return self._offset(max(self.released(), self._latest))

@@ -30,6 +30,8 @@ class StreamedRun(Protocol):
     @property
     def max_events_per_batch(self) -> int: ...
     @property
+    def capacity_file(self) -> Path | None: ...
+    @property
     def input(self) -> Path | None: ...
     @property
     def max_files_per_batch(self) -> int: ...
@@ -118,6 +120,8 @@ def generated_stream(spark, config: StreamedRun, entity: str, pace_origin: float
         .option("pace_origin", repr(pace_origin))
         .option("max_events_per_batch", str(config.max_events_per_batch))
     )
+    if config.capacity_file is not None:
+        reader = reader.option("capacity_file", str(config.capacity_file))
     for k, v in options.items():
         reader = reader.option(k, v)
     return reader.load()

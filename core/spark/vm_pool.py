@@ -327,8 +327,10 @@ class VmPool:
         jvm = self._sc._jvm
         empty = jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(jvm.java.util.HashMap())
         if not self._sc._jsc.sc().requestTotalExecutors(self._target, 0, empty):
-            raise VmPoolError("the scheduler refused to set the executor target",
-                              hint="VmPool needs a standalone master (spark://...)")
+            raise VmPoolError(
+                "the scheduler refused to set the executor target",
+                hint="VmPool needs a standalone master (spark://...)",
+            )
 
     def _watch(self) -> None:
         """Poll the driver quickly while a VM is pending, to stamp when it became usable."""

@@ -213,7 +213,7 @@ CASES: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
     (("drill", "--compare", "noscaling", "--workers", "2"), ("tunes the sponge policy", "drop --workers")),
     (("drill", "--vm-launch-delay", "10"), ("tunes the vmbase policy", "--vm-launch-delay")),
     # drill: memory
-    (("drill", "--executor-memory", "2g"), ("no standalone VMs", "--driver-memory")),
+    (("drill", "--executor-memory", "64g"), ("2 x --executor-memory 64g", "more than this machine")),
     (("drill", "--query", "q5", "--state-store", "hdfs"), ("transformWithState", "drop --state-store hdfs")),
     (("drill", "--driver-memory", "2 GB please"), ("not a memory size",)),
     (("drill", "--driver-memory", "100000g"), ("of RAM",)),

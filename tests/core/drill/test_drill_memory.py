@@ -53,19 +53,13 @@ def test_a_trace_with_stable_time_after_its_burst_is_accepted() -> None:
     config(pattern="sudden:2x:6s", lead_s=5, duration_s=13)  # make drill's
 
 
-def test_executor_memory_without_standalone_vms_is_refused() -> None:
-    memory = MemoryConfig(driver_mb=2048, executor_mb=2048)
-    with pytest.raises(ConfigError, match="runs neither") as e:
-        config(policies=("sponge", "noscaling"), memory=memory)
-    assert "--driver-memory" in e.value.hint and "vmbase" in e.value.hint
-
-
 @needs_two_cores
-def test_executor_memory_with_standalone_vms_is_checked_against_the_machine() -> None:
-    config(policies=("vmbase",), memory=MemoryConfig(driver_mb=2048, executor_mb=2048, machine=MACHINE))
+def test_executor_memory_is_checked_against_the_machine_for_every_policy() -> None:
+    """Every policy runs on standalone VMs: the base VM's executor and one a policy may add."""
+    config(policies=("sponge",), memory=MemoryConfig(driver_mb=2048, executor_mb=2048, machine=MACHINE))
     too_much = MemoryConfig(driver_mb=8192, executor_mb=9216, machine=MACHINE)
     with pytest.raises(ConfigError, match="2 x --executor-memory 9g"):
-        config(policies=("vmbase", "noscaling"), memory=too_much)
+        config(policies=("sponge", "noscaling"), memory=too_much)
 
 
 def test_hdfs_state_is_refused_for_a_transform_with_state_query() -> None:
@@ -78,13 +72,13 @@ def test_hdfs_state_is_refused_for_a_transform_with_state_query() -> None:
 
 
 @needs_two_cores
-def test_every_run_gets_the_drill_s_memory_and_only_vms_get_executor_memory() -> None:
+def test_every_run_gets_the_drill_s_memory_and_its_vms_the_executor_memory() -> None:
     cfg = config(policies=("vmbase", "noscaling"), memory=MemoryConfig(driver_mb=2048, executor_mb=3072))
     trace = BurstPattern.parse(cfg.pattern).trace(1000.0, cfg.duration_s, cfg.lead_s)
     vm = _spec(cfg, "vmbase", trace, 1000.0, routed=False)
-    local = _spec(cfg, "noscaling", trace, 1000.0, routed=False)
+    plain = _spec(cfg, "noscaling", trace, 1000.0, routed=False)
     assert (vm.memory.driver_mb, vm.memory.executor_mb) == (2048, 3072)
-    assert (local.memory.driver_mb, local.memory.executor_mb) == (2048, None)
+    assert (plain.memory.driver_mb, plain.memory.executor_mb) == (2048, 3072)
     spark = drill_spark_config(vm, "spark://127.0.0.1:7077")
     assert dict(spark.options())["spark.executor.memory"] == "3072m"
     assert spark.jvm_log == Path(vm.output).parent / "jvm.log"
@@ -107,11 +101,17 @@ def test_a_probe_measured_with_other_memory_is_not_reused() -> None:
     """The epochs' cost depends on the heap (GC) and on where state lives."""
     base = config(memory=MemoryConfig(driver_mb=2048, rocksdb_mb=512))
     key = drill.calibration_key(base)
-    assert key["memory"] == {"driver_memory": "2g", "state_store": "rocksdb", "rocksdb_memory": "512m"}
+    assert key["memory"] == {
+        "driver_memory": "2g",
+        "executor_memory": None,
+        "state_store": "rocksdb",
+        "rocksdb_memory": "512m",
+    }
     for other in (
         MemoryConfig(driver_mb=4096, rocksdb_mb=512),
         MemoryConfig(driver_mb=2048, rocksdb_mb=1024),
         MemoryConfig(driver_mb=2048, state_store="hdfs"),
+        MemoryConfig(driver_mb=2048, executor_mb=2048, rocksdb_mb=512),
     ):
         assert drill.calibration_key(replace(base, query="q1", memory=other))["memory"] != key["memory"]
 

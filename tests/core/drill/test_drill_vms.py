@@ -18,16 +18,27 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 LEAD_S = 12  # the query's first, slow epochs stay before the burst
 
 
-@pytest.mark.skipif(
-    len(os.sched_getaffinity(0)) < 2, reason="the added VM is pinned to the second core"
-)
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="the added VM is pinned to the second core")
 def test_a_short_vmbase_drill_adds_a_vm_whose_executor_takes_tasks(tmp_path: Path) -> None:
     report = tmp_path / "drill"
     result = CliRunner().invoke(
         app,
         [
-            "drill", "--compare", "vmbase", "--pattern", "sudden:4x:10s", "--duration", "30",
-            "--lead", str(LEAD_S), "--rate", "2500", "--vm-launch-delay", "2", "--report", str(report),
+            "drill",
+            "--compare",
+            "vmbase",
+            "--pattern",
+            "sudden:4x:10s",
+            "--duration",
+            "30",
+            "--lead",
+            str(LEAD_S),
+            "--rate",
+            "2500",
+            "--vm-launch-delay",
+            "2",
+            "--report",
+            str(report),
         ],
     )
     assert result.exit_code == 0, result.output

@@ -117,8 +117,9 @@ def test_the_loop_runs_the_vm_action_each_second_and_keeps_its_failures() -> Non
         if len(seen) >= 4:
             done.set()
 
-    loop = PolicyLoop(monitor=Monitor(), policy=None, apply=lambda d: None, log=None,
-                      interval_s=0.01, vm_action=action)
+    loop = PolicyLoop(
+        monitor=Monitor(), policy=None, apply=lambda d: None, log=None, interval_s=0.01, vm_action=action
+    )
     loop.start()
     assert done.wait(10)
     loop.stop()
@@ -126,12 +127,29 @@ def test_the_loop_runs_the_vm_action_each_second_and_keeps_its_failures() -> Non
     assert loop.errors and "no VM today" in loop.errors[0] and "t=2.0s" in loop.errors[0]
 
 
-def vm(index: int, *, base: bool = False, warm: bool = False, requested: float | None = None,
-       usable: float | None = None, released: float | None = None) -> dict[str, Any]:
-    return {"vm": index, "cores": 1, "base": base, "warm": warm, "state": "usable",
-            "executor_ids": [str(index)], "requested_s": requested, "worker_launched_s": None,
-            "worker_registered_s": 20.0, "usable_s": usable, "released_s": released,
-            "request_to_usable_s": None if usable is None or requested is None else usable - requested}
+def vm(
+    index: int,
+    *,
+    base: bool = False,
+    warm: bool = False,
+    requested: float | None = None,
+    usable: float | None = None,
+    released: float | None = None,
+) -> dict[str, Any]:
+    return {
+        "vm": index,
+        "cores": 1,
+        "base": base,
+        "warm": warm,
+        "state": "usable",
+        "executor_ids": [str(index)],
+        "requested_s": requested,
+        "worker_launched_s": None,
+        "worker_registered_s": 20.0,
+        "usable_s": usable,
+        "released_s": released,
+        "request_to_usable_s": None if usable is None or requested is None else usable - requested,
+    }
 
 
 def test_a_drill_vm_is_priced_as_its_share_of_the_list_vm() -> None:
@@ -185,10 +203,14 @@ def test_sfbase_is_refused_with_why_and_where_it_is_modelled() -> None:
     local = drill._spec(config, "noscaling", trace, 1.0, routed=False)
     assert vmbase.standalone and vmbase.controlled and not vmbase.offload and vmbase.vms_on_burst == 1
     assert vmbase.vm_launch_delay_s == 3.0 and vmbase.warm_vms == 0 and vminit.warm_vms == 1
-    assert not local.standalone and local.master.startswith("local[")
-    # One shuffle partition per core the run's VMs can ever hold: the added VM needs its own.
+    # Every policy on the same standalone deployment and plan: one shuffle partition per core any run
+    # can hold (the added VM needs its own); the cap scales with the cores a run starts with.
     over = drill._spec(config, "over", trace, 1.0, routed=False)
-    assert (local.shuffle_partitions, vmbase.shuffle_partitions, over.shuffle_partitions) == (1, 2, 2)
+    assert local.standalone and over.standalone and local.master == "standalone"
+    assert (local.shuffle_partitions, vmbase.shuffle_partitions, over.shuffle_partitions) == (2, 2, 2)
+    assert (local.batch_events, vmbase.batch_events, over.batch_events) == (200_000, 200_000, 400_000)
+    assert local.onset_s == trace.bursts[0][0]
+    assert drill.deployment(over)["vm_cores"] == 2 and drill.deployment(vmbase)["adds"]
 
 
 def test_the_pool_cpu_counts_a_joining_executor_from_when_it_joined() -> None:
@@ -217,8 +239,16 @@ def test_the_pool_cpu_counts_a_joining_executor_from_when_it_joined() -> None:
 
 
 def test_a_run_that_adds_vms_needs_the_standalone_cluster() -> None:
-    base = {"policy": "sponge", "query": "q5", "events": 10, "seed": 0, "schedule": "1:10",
-            "output": "out", "master": "local[2,4]", "vm_cpus": [0]}
+    base = {
+        "policy": "sponge",
+        "query": "q5",
+        "events": 10,
+        "seed": 0,
+        "schedule": "1:10",
+        "output": "out",
+        "master": "local[2,4]",
+        "vm_cpus": [0],
+    }
     with pytest.raises(ConfigError, match="standalone"):
         run_policy.PolicyRun(**base, vms_on_burst=1)
     with pytest.raises(ConfigError, match="standalone"):

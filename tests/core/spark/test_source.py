@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -21,6 +22,7 @@ from core.nexmark.schedule import RateSchedule
 from core.nexmark.schema import END_OF_STREAM_TIME_US, ENTITIES, schema_for
 from core.offload_plan import OffloadPlan
 from core.spark import source
+from core.spark.admission import write_vm_scale
 from core.spark.source import (
     EventRange,
     NexmarkStreamReader,
@@ -129,6 +131,18 @@ def test_unpaced_offsets_advance_by_max_events_per_batch() -> None:
         offsets.append(start["event"])
     assert offsets == [400, 800, 1001, 1001, 1001]
     assert reader.latestOffset({"event": 0}, ReadMaxRows(10)) == {"event": 10}
+
+
+def test_the_cap_follows_the_capacity_the_driver_publishes(tmp_path: Path) -> None:
+    """A VM that joins mid-run doubles the cap from the next planning on; no file means the start's."""
+    scale = tmp_path / "capacity"
+    reader = NexmarkStreamReader(_options(events="5000", max_events_per_batch="400", capacity_file=str(scale)))
+    first = reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
+    write_vm_scale(scale, 2.0)
+    second = reader.latestOffset(first, ReadAllAvailable())
+    scale.write_text("not a number")  # a reader never fails on the file: the start's capacity
+    third = reader.latestOffset(second, ReadAllAvailable())
+    assert [first["event"], second["event"], third["event"]] == [400, 1200, 1600]
 
 
 class _Clock:
