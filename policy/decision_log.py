@@ -4,6 +4,11 @@ Why: a scaling decision that cannot be explained afterwards cannot be trusted or
 the policy's configuration once, then every observation with the decision taken on it, so
 `replay(path)` feeds the same observations to a fresh policy and must reproduce every decision.
 
+A log outlives the policy that wrote it. A header written before a knob existed lacks it, and the
+policy then ran as that knob's value before it existed (`LEGACY`: one period triggers, 1 s periods,
+Eq. 3 workers), not as its default today; a decision written before a field existed is compared on
+the fields it holds. So a log replays exactly whichever build wrote it.
+
 When the persistent-burst rule runs too (policy/persistent_burst.py), the first line also holds the
 rule's settings and every line the VM pool's counts it was given and the request it returned, so
 `replay_vms(path)` feeds the logged observations and decisions to a fresh rule and must reproduce
@@ -15,7 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
@@ -25,6 +30,14 @@ from policy.offload_policy import Decision, PolicyConfig, SpongePolicy
 from policy.persistent_burst import PersistentBurstRule, VmRequest
 
 T = TypeVar("T")
+
+# What the policy did before each of these knobs existed: a header without one replays with this value.
+LEGACY: dict[str, Any] = {"period_s": 1.0, "trigger_periods": 1, "release_periods": 1, "worker_sizing": "eq3"}
+
+
+def config_of(header: dict[str, Any]) -> PolicyConfig:
+    """The policy config a header holds, with the pre-existing behaviour for knobs it does not name."""
+    return PolicyConfig(**{**{k: v for k, v in LEGACY.items() if k not in header}, **header})
 
 
 class DecisionLog:
@@ -144,20 +157,35 @@ def _step(e: dict[str, Any]) -> tuple[Observation, Decision]:
     return Observation(**e["observation"]), Decision(**e["decision"])
 
 
+_DECISION_FIELDS = tuple(f.name for f in fields(Decision))
+
+
+def _as_logged(logged: Decision, again: Decision, recorded: frozenset[str]) -> Decision:
+    """`again` with the fields the log did not record (it predates them) taken from `logged`."""
+    missing = {name: getattr(logged, name) for name in _DECISION_FIELDS if name not in recorded}
+    return replace(again, **missing) if missing else again
+
+
 def _is_header(entry: dict[str, Any]) -> bool:
     """A segment's first line: the policy config, no observation (a resumed run appends a new segment)."""
     return "config" in entry and "observation" not in entry
 
 
-def segments(path: Path) -> list[tuple[PolicyConfig, list[tuple[Observation, Decision]]]]:
-    """Each run segment of the log: its policy config and its (observation, decision) lines."""
-    result: list[tuple[PolicyConfig, list[tuple[Observation, Decision]]]] = []
+def _segments(path: Path) -> list[tuple[PolicyConfig, list[tuple[Observation, Decision, frozenset[str]]]]]:
+    """Each run segment: its config and its lines, each with the decision fields it recorded."""
+    result: list[tuple[PolicyConfig, list[tuple[Observation, Decision, frozenset[str]]]]] = []
     for n, e in _lines(path):
         if _is_header(e):
-            result.append((_build(path, n, lambda e=e: PolicyConfig(**e["config"])), []))
+            result.append((_build(path, n, lambda e=e: config_of(e["config"])), []))
         else:
-            result[-1][1].append(_build(path, n, lambda e=e: _step(e)))
+            obs, decision = _build(path, n, lambda e=e: _step(e))
+            result[-1][1].append((obs, decision, frozenset(e["decision"])))
     return result
+
+
+def segments(path: Path) -> list[tuple[PolicyConfig, list[tuple[Observation, Decision]]]]:
+    """Each run segment of the log: its policy config and its (observation, decision) lines."""
+    return [(config, [(o, d) for o, d, _ in steps]) for config, steps in _segments(path)]
 
 
 def read(path: Path) -> tuple[PolicyConfig, list[tuple[Observation, Decision]]]:
@@ -191,9 +219,9 @@ def read_vms(path: Path) -> tuple[PersistentBurstRule, list[VmStep]]:
 def replay(path: Path) -> list[tuple[Decision, Decision]]:
     """Each logged decision next to the one a fresh policy takes on the same observations."""
     pairs: list[tuple[Decision, Decision]] = []
-    for config, entries in segments(path):
+    for config, entries in _segments(path):
         policy = SpongePolicy(config)  # each run segment started a fresh policy
-        pairs += [(logged, policy.decide(obs)) for obs, logged in entries]
+        pairs += [(logged, _as_logged(logged, policy.decide(obs), kept)) for obs, logged, kept in entries]
     return pairs
 
 

@@ -1,4 +1,8 @@
-"""The monitoring-scaling loop: observe once a second, decide, apply, log.
+"""The monitoring-scaling loop: observe once a period, decide, apply, log.
+
+The period is the policy's (`PolicyConfig.period_s`, 0.5 s) unless the caller fixes another: the
+policy counts periods to confirm a burst and to release it, so a loop slower than the policy's period
+reacts later by as many periods as it confirms on.
 
 Why a thread on the driver: the driver already knows the source offsets and the epochs, and the
 offload plan it publishes is read by the source readers at their next planning (the routing log
@@ -22,10 +26,10 @@ from policy.decision_log import DecisionLog
 from policy.monitor import Monitor, Observation
 from policy.offload_policy import Decision, SpongePolicy
 
-# Called with each second's observation and decision; returns what the decision log records with that
+# Called with each period's observation and decision; returns what the decision log records with that
 # decision (DecisionLog.record's VM keywords: vms_usable, vms_pending, vm_request) or None.
 VmAction = Callable[[Observation, Decision | None], Mapping[str, Any] | None]
-# Called with each second's sample (observation, decision or None, gauges) once it is taken.
+# Called with each period's sample (observation, decision or None, gauges) once it is taken.
 OnSample = Callable[[Observation, Decision | None, dict[str, float]], None]
 
 
@@ -37,7 +41,7 @@ class PolicyLoop:
         policy: SpongePolicy | None,
         apply: Callable[[Decision], None],
         log: DecisionLog | None,
-        interval_s: float = 1.0,
+        interval_s: float | None = None,
         recent_s: float = 0.25,
         gauges: Callable[[], dict[str, float]] = dict,
         vm_action: VmAction | None = None,
@@ -48,8 +52,11 @@ class PolicyLoop:
         self.policy = policy
         self.apply = apply
         self.log = log
-        self.interval_s = interval_s
-        self.recent_s = min(recent_s, interval_s)  # the window of the observation's recent input rate
+        # The policy's own period by default; without a policy (a noscaling run) once a second.
+        self.interval_s = interval_s if interval_s is not None else (
+            policy.config.period_s if policy is not None else 1.0
+        )
+        self.recent_s = min(recent_s, self.interval_s)  # the window of the observation's recent input rate
         self.gauges = gauges  # recorded with each sample (e.g. the agent's connected workers)
         self.vm_action = vm_action  # asks for or gives back VMs (None: the VMs are fixed)
         # Every sample for a drill (its report reads them all); a live run that may last for days keeps

@@ -13,7 +13,7 @@ observation and ours must stay far below that.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -34,6 +34,17 @@ class Observation:
     cost_ms: float  # what taking this observation cost
     utilisation: float | None = None  # share of the last epoch spent on records, 1 - F / T (see `load`)
     recent_input_rate: float | None = None  # input rate over the interval's last fraction (`arrival_rate`)
+    # Per operator, in topological order (upstream first): its share of the VMs' busy time or its queue,
+    # for the skewness rule (policy/skew.py). None when the monitor cannot tell operators apart.
+    operator_loads: tuple[tuple[str, float], ...] | None = None
+
+    def __post_init__(self) -> None:
+        """A decision log stores the loads as JSON lists (or an object): read back, they compare equal
+        to the tuples the live monitor made, so a replayed observation is the logged one."""
+        loads = self.operator_loads
+        if loads is not None:
+            pairs = loads.items() if isinstance(loads, Mapping) else loads
+            object.__setattr__(self, "operator_loads", tuple((str(n), float(v)) for n, v in pairs))
 
     @property
     def arrival_rate(self) -> float:

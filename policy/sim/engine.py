@@ -4,14 +4,14 @@ Why this model: at paper scale an event-by-event simulation would push ~10^8 eve
 Python. Within a step the input, the VMs and the workers move at constant rates, so the queues are
 fluid; what changes the rates happens at exact times and is a discrete event on a heap (a VM becomes
 usable, a migration pause ends, a worker finishes starting, a new routing plan takes effect). The step
-(0.1 s) only bounds when such an event is seen: it is one tenth of the policy's 1 s observation period.
+(0.1 s) only bounds when such an event is seen: it is a fifth of the policy's 0.5 s monitoring period.
 
 The path of a record (FIFO everywhere):
   source queue --VM pulls at capacity / cost--> committed on the VM (share 1 - f)
                                             \\-> Lambda queue --workers--> committed (share f)
 A record the router sends away still costs the VM `offload_cost` VM records (the router, the merge; for
 SFBase the work it cannot move). The share f and the worker count come from a `Strategy`, which sees
-one `Observation` per simulated second, exactly as the live policy loop does.
+one `Observation` per monitoring period (`EngineConfig.period_s`), exactly as the live policy loop does.
 
 Cumulative counts per step are kept so that metrics.py can invert them (FIFO: the record that arrived
 when N records had arrived leaves when N records have left).
@@ -47,16 +47,25 @@ class EngineConfig:
     plan_delay_s: float = 0.1  # a new routing plan applies from the next micro-batch (one step)
     epoch_s: float = 0.5  # a micro-batch's duration, reported as the Observation's last epoch
     max_drain_s: float = 3600.0  # give up draining after this long past the trace
+    period_s: float = 1.0  # the monitoring period: one Observation, one strategy step (the policy's)
 
     def __post_init__(self) -> None:
         if not 0 < self.dt <= 1 or abs(round(1 / self.dt) * self.dt - 1) > 1e-9:
             raise ConfigError(f"dt must divide one second, got {self.dt}", hint="0.1 or 0.05")
+        steps = round(self.period_s / self.dt)
+        if steps < 1 or abs(steps * self.dt - self.period_s) > 1e-9:
+            raise ConfigError(f"the monitoring period must be a multiple of dt = {self.dt} s, "
+                              f"got {self.period_s}", hint="e.g. 0.5 or 1.0")
         if self.vms < 1 or self.cores_per_vm < 1 or self.max_workers < 0 or self.warm_workers < 0:
             raise ConfigError("the cluster needs at least one VM core and non-negative worker counts")
 
     @property
     def steps_per_s(self) -> int:
         return round(1 / self.dt)
+
+    @property
+    def steps_per_period(self) -> int:
+        return round(self.period_s / self.dt)
 
 
 @dataclass
@@ -77,7 +86,8 @@ class VmGroup:
 
 
 class Strategy(Protocol):
-    """A scaling policy under simulation: set up the cluster, then react once per simulated second."""
+    """A scaling policy under simulation: set up the cluster, then react once per monitoring period
+    (`on_second` keeps its name from when the period was always a second)."""
 
     name: str
 
@@ -257,7 +267,7 @@ def run(
     cl = Cluster(profile, config, jit_floor, jit_warmup_s)
     strategy.start(cl)
     s = Series()
-    dt, per_s = config.dt, config.steps_per_s
+    dt, per_period = config.dt, config.steps_per_period
     max_steps = len(arrivals) + math.ceil(config.max_drain_s / dt)
     arrived = pulled = to_l = done_l = 0.0
     second_in = second_done = second_busy = 0.0
@@ -296,13 +306,13 @@ def run(
         second_done += take * (1 - f) + done
         second_busy += busy
         i += 1
-        if i % per_s == 0:
+        if i % per_period == 0:
             cl.t = i * dt
             obs = Observation(
                 t=cl.t,
-                cpu=min(second_busy / per_s, 1.0),
-                input_rate=second_in,
-                processed_rate=second_done,
+                cpu=min(second_busy / per_period, 1.0),
+                input_rate=second_in / config.period_s,
+                processed_rate=second_done / config.period_s,
                 backlog=int(cl.source + cl.lambda_queue),
                 epoch_s=config.epoch_s,
                 vm_cores=cl.usable_cores(),

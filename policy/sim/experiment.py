@@ -10,8 +10,8 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from core import latency as drill_latency
@@ -64,9 +64,16 @@ class SimConfig:
     scale: PaperScale = field(default_factory=PaperScale)
     baseline: BaselineCosts = field(default_factory=BaselineCosts)
     prices: Prices = field(default_factory=Prices)
+    # PolicyConfig fields to set other than their defaults (e.g. {"trigger_periods": 1, "period_s": 1.0}),
+    # for comparing a knob's settings on the same trace; checked by PolicyConfig when the run starts.
+    policy: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         BurstPattern.parse(self.pattern)  # refuses a bad spec with the pattern's own hint
+        fixed = {"per_core_rate", "rho", "deadline_s", "max_workers", "offload_cost"}
+        if unknown := sorted(set(self.policy) - (set(PolicyConfig.__dataclass_fields__) - fixed)):
+            raise ConfigError(f"SimConfig.policy names {unknown}, which the simulation does not let you set",
+                              hint="per_core_rate, rho and offload_cost come from the query's profile")
         if self.duration_s <= 0 or self.lead_s < 10 or self.lead_s >= self.duration_s:
             raise ConfigError("the trace needs a lead-in of at least 10 s inside a positive duration",
                               hint="e.g. --duration 240 with the default 60 s lead-in")
@@ -82,9 +89,12 @@ def _arrivals(profile: QueryProfile, config: SimConfig) -> tuple[Any, list[float
 
 
 def policy_config(profile: QueryProfile, config: SimConfig) -> PolicyConfig:
-    """The live policy's configuration at paper scale: the profiled per-core rate, rho and offload cost."""
-    return PolicyConfig(per_core_rate=profile.per_core_rate, rho=profile.rho, deadline_s=config.deadline_s,
-                        max_workers=config.scale.max_workers, offload_cost=profile.sponge_vm_cost)
+    """The live policy's configuration at paper scale: the profiled per-core rate, rho and offload cost,
+    the router's chunk as the simulator sends it (`MeasuredCosts.chunk_rows`) and `config.policy`."""
+    base = PolicyConfig(per_core_rate=profile.per_core_rate, rho=profile.rho, deadline_s=config.deadline_s,
+                        max_workers=config.scale.max_workers, offload_cost=profile.sponge_vm_cost,
+                        chunk_events=config.measured.chunk_rows)
+    return replace(base, **config.policy)
 
 
 def vm_rule(profile: QueryProfile, config: SimConfig) -> PersistentBurstRule:
@@ -159,7 +169,7 @@ def simulate_query(
     engine = EngineConfig(
         dt=config.dt, vms=scale.vms, cores_per_vm=scale.cores_per_vm, max_workers=scale.max_workers,
         warm_workers=warm, epoch_s=config.vm_latency_s, cold_start_s=config.measured.cold_start_s,
-        warm_start_s=config.measured.warm_start_s,
+        warm_start_s=config.measured.warm_start_s, period_s=pcfg.period_s,
     )
     peak_vms = vms_for(profile.stable_rate * pattern.factor, profile.per_core_rate, scale.cores_per_vm)
     extra = max(peak_vms - scale.vms, 0)

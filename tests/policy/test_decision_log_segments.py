@@ -15,7 +15,7 @@ CONFIG = PolicyConfig(per_core_rate=1000.0, rho=2.0)
 def run_segment(path: Path, append: bool, started: str) -> list:
     policy, log = SpongePolicy(CONFIG), DecisionLog(path, CONFIG, append=append, started=started)
     decisions = []
-    for t, rate, backlog in ((0, 500.0, 0), (1, 5000.0, 8000), (2, 5000.0, 9000)):
+    for t, rate, backlog in ((0, 500.0, 0), (0.5, 5000.0, 8000), (1, 5000.0, 9000)):
         obs = Observation(
             t=t,
             cpu=0.9,
@@ -40,5 +40,6 @@ def test_an_appended_segment_keeps_the_first_and_replays_from_a_fresh_policy(tmp
     assert [h["started"] for h in headers] == ["2026-01-01T00:00:00+00:00", "2026-01-01T01:00:00+00:00"]
     assert [len(steps) for _, steps in segments(path)] == [3, 3]
     assert [d for _, d in read(path)[1]] == first + second
-    assert first[1].share > 0  # the burst was offloaded, so a policy carried over would decide otherwise
+    assert first[1].share == 0 and first[2].share > 0  # confirmed on its second period, then offloaded,
+    # so a policy carried over from the first segment would decide otherwise
     assert all(logged == again for logged, again in replay(path))

@@ -21,10 +21,21 @@ from policy.offload_policy import (
     PolicyConfig,
     SpongePolicy,
 )
+from policy.worker_sizing import EQ3
 
 # One VM core carries 10,000 events/s at 100 % CPU, so 7,000/s at the 70 % target; a Lambda core is
-# worth rho = 2 VM cores.
-CONFIG = PolicyConfig(per_core_rate=10_000, rho=2.0, deadline_s=2.0, max_workers=8, headroom=1.0)
+# worth rho = 2 VM cores. The worked numbers of Eqs. 1-3 act on one period's evidence with Eq. 3's
+# workers; confirming over periods (tests/policy/test_trigger_periods.py) and the M/M/k check
+# (tests/policy/test_worker_sizing.py) are tested on their own.
+CONFIG = PolicyConfig(
+    per_core_rate=10_000,
+    rho=2.0,
+    deadline_s=2.0,
+    max_workers=8,
+    headroom=1.0,
+    trigger_periods=1,
+    worker_sizing=EQ3,
+)
 
 
 def obs(
@@ -69,9 +80,9 @@ def test_scale_down_waits_for_the_hold_then_releases() -> None:
     policy.decide(obs(0, 14_000, cpu=0.95))
     assert policy.share > 0
     shares = [policy.decide(obs(t, 5_000, backlog=1_000)).share for t in range(1, 12)]
-    hold = int(CONFIG.scale_down_hold_s)
-    assert all(s > 0 for s in shares[:hold])  # hysteresis: calm must last scale_down_hold_s
-    assert shares[-1] == 0.0
+    hold = CONFIG.release_periods
+    assert all(s > 0 for s in shares[: hold - 1])  # hysteresis: calm must last release_periods periods
+    assert shares[hold - 1] == 0.0 and shares[-1] == 0.0
     assert policy.workers == 0
 
 
@@ -136,7 +147,7 @@ def test_a_long_burst_keeps_the_share_the_excess_needs_instead_of_pinning_it() -
 def test_the_share_covers_what_offloaded_records_still_cost_the_vms() -> None:
     """An offloaded record costs the VMs 0.2 of a kept one (routing, merging): at 14,000/s the VMs keep
     7,000/s only with 14,000 x ((1 - s) + 0.2 s) = 7,000, so s = 0.5 / 0.8 = 0.625."""
-    policy = SpongePolicy(PolicyConfig(per_core_rate=10_000, rho=2.0, headroom=1.0, offload_cost=0.2))
+    policy = SpongePolicy(replace(CONFIG, offload_cost=0.2))
     policy.decide(obs(0, 7_000))
     assert policy.decide(obs(1, 14_000, cpu=0.95)).share == pytest.approx(0.625)
     with pytest.raises(ConfigError, match="offload_cost"):
@@ -146,7 +157,7 @@ def test_the_share_covers_what_offloaded_records_still_cost_the_vms() -> None:
 def test_a_burst_is_not_offloaded_when_an_offloaded_record_costs_the_vms_as_much_as_a_kept_one() -> None:
     """offload_cost 1.4 (measured for Q8 here: its join stays on the VMs and the offloaded prefix's rows
     come back): offloading would load the VMs more, so the policy says so and keeps the share at 0."""
-    policy = SpongePolicy(PolicyConfig(per_core_rate=10_000, rho=2.0, headroom=1.0, offload_cost=1.4))
+    policy = SpongePolicy(replace(CONFIG, offload_cost=1.4))
     policy.decide(obs(0, 7_000))
     for t in range(1, 6):
         d = policy.decide(obs(t, 21_000, backlog=20_000 * t, cpu=0.95))
@@ -180,7 +191,7 @@ def test_scale_down_releases_at_once_when_the_vms_carry_the_input_inside_their_b
     everything instead, since 7,000/s fits the band (the VMs carry 8,000/s at 80 %)."""
     policy = SpongePolicy(replace(CONFIG, headroom=1.1))
     policy.decide(obs(0, 14_000, cpu=0.95))
-    decisions = [policy.decide(obs(t, 7_000, backlog=7_000)) for t in range(1, 8)]
+    decisions = [policy.decide(obs(t, 7_000, backlog=7_000)) for t in range(1, CONFIG.release_periods + 3)]
     assert [d.share for d in decisions[-2:]] == [0.0, 0.0]
     assert RELEASE in {d.trigger for d in decisions} and policy.workers == 0
 
@@ -192,5 +203,7 @@ def test_scale_down_lowers_the_share_in_rounds_while_a_queue_is_required_beyond_
     policy = SpongePolicy(CONFIG)
     policy.decide(obs(0, 30_000, cpu=0.95))
     assert policy.share > 0.7
-    d = [policy.decide(obs(t, 7_500, backlog=15_000)) for t in range(1, 7)][-1]
+    decisions = [policy.decide(obs(t, 7_500, backlog=15_000)) for t in range(1, CONFIG.release_periods + 2)]
+    d = decisions[CONFIG.release_periods - 1]  # the round comes after release_periods calm periods
     assert (d.trigger, d.share) == (SCALE_DOWN, pytest.approx(1 - 7 / 11.25, abs=1e-4))
+    assert all(e.trigger == HOLD for e in decisions[: CONFIG.release_periods - 1])

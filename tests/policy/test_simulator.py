@@ -46,12 +46,12 @@ def test_sponge_runs_the_real_policy_decision_for_decision(q5):
     # The share the cluster routed is the policy's, from the step after each decision.
     shares = q5.results["sponge"].series.share
     checked = 0
-    for d in q5.decisions[:100]:
+    for d in [d for d in q5.decisions if d.share > 0][:100]:
         step = round(d.t / CONFIG.dt) + 1
         if step < len(shares) and d.share > 0:
             assert shares[step] == pytest.approx(d.share)
             checked += 1
-    assert checked > 0, "no decision among the first 100 offloads: nothing was checked"
+    assert checked > 0, "no decision offloads: nothing was checked"
 
 
 @pytest.mark.parametrize("fixture", ["q1", "q5"])
