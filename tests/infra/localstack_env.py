@@ -23,8 +23,12 @@ RUNTIME_SCRIPT = "sponge_executor/runtime.py"
 
 
 @contextlib.contextmanager
-def running_localstack(state_dir: Path) -> Iterator[tuple[LocalStackConfig, LocalStackHandle]]:
-    config = LocalStackConfig(state_dir=state_dir, port=free_port())
+def running_localstack(
+    state_dir: Path, extra_env: tuple[tuple[str, str], ...] = ()
+) -> Iterator[tuple[LocalStackConfig, LocalStackHandle]]:
+    """`extra_env`: LocalStack settings of the test's own, e.g. LAMBDA_KEEPALIVE_MS for an idle lifetime
+    of a few seconds."""
+    config = LocalStackConfig(state_dir=state_dir, port=free_port(), extra_env=extra_env)
     if not config.python.exists():
         pytest.fail(
             f"LocalStack's virtualenv {config.venv} is missing: run make localstack-setup (or make setup)"
