@@ -13,6 +13,7 @@ from core.cli.options import (
     ConfigOpt,
     DriverMemoryOpt,
     ExecutorMemoryOpt,
+    KeepWarmOpt,
     RocksdbMemoryOpt,
     SeedOpt,
     StateStoreOpt,
@@ -75,6 +76,7 @@ def drill(
             "started before the trace.",
         ),
     ] = None,
+    keep_warm: KeepWarmOpt = None,
     seed: SeedOpt = 0,
     driver_memory: DriverMemoryOpt = None,
     executor_memory: ExecutorMemoryOpt = None,
@@ -100,6 +102,7 @@ def drill(
     from core.config_file import data_plane
     from core.drill.drill import EXECUTORS, DrillConfig, policies_from, run_drill
     from core.drill.report import write_report
+    from router.agent.warm_pool import WarmPoolConfig
 
     check_query(query)
     if policy is not None and compare is not None:
@@ -111,6 +114,7 @@ def drill(
         (flag, needs)
         for flag, given, needs in (
             ("--workers", workers is not None, ("sponge",)),
+            ("--keep-warm", keep_warm is not None, ("sponge",)),
             ("--vm-launch-delay", vm_launch_delay is not None, ("vmbase",)),
             ("--bind", bind is not None, ("sponge",)),
             ("--advertise", advertise is not None, ("sponge",)),
@@ -136,6 +140,7 @@ def drill(
         seed=seed,
         stable_rate=rate,
         max_workers=DEFAULT_WORKERS if workers is None else workers,
+        **({} if keep_warm is None else {"keep_warm_s": WarmPoolConfig(keep_warm_s=keep_warm).keep_warm_s}),
         vm_launch_delay_s=DEFAULT_VM_LAUNCH_DELAY_S if vm_launch_delay is None else vm_launch_delay,
         memory=memory_config(
             driver_memory,

@@ -155,6 +155,17 @@ InvocationTypeOpt = Annotated[
         "counted as a throttle).",
     ),
 ]
+KeepWarmOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--keep-warm",
+        metavar="SECONDS",
+        help="While no worker is busy, warm --workers Lambda environments every SECONDS of idleness, so "
+        "that a burst after a quiet spell finds them warm instead of paying cold starts (0: never). "
+        "Default 240: below how long LocalStack (600 s) and AWS (about 5 minutes at the soonest) keep an "
+        "idle environment (docs/adr/0039).",
+    ),
+]
 ChunkTimeoutOpt = Annotated[
     float | None,
     typer.Option(
@@ -303,6 +314,7 @@ def offload_config(
     settings: Path | None = None,
     worker_netns: str | None = None,
     chunk_timeout_s: float | None = None,
+    keep_warm_s: float | None = None,
 ):
     """The run's offloading (None without --offload-share); `workers` None takes `default_workers`.
     The offloading flags without --offload-share would do nothing, so they are refused. The agent's
@@ -326,6 +338,7 @@ def offload_config(
                 ("--advertise", advertise is not None),
                 ("--worker-netns", worker_netns is not None),
                 ("--chunk-timeout", chunk_timeout_s is not None),
+                ("--keep-warm", keep_warm_s is not None),
                 ("--workers", workers is not None),
                 ("--target", target != "embedded"),
             )
@@ -348,5 +361,6 @@ def offload_config(
         **({} if round_keys is None else {"round_keys": round_keys}),
         worker_netns=worker_netns,
         **({} if chunk_timeout_s is None else {"chunk_timeout_s": chunk_timeout_s}),
+        **({} if keep_warm_s is None else {"keep_warm_s": keep_warm_s}),
         **data_plane(settings, bind, advertise, transport).options(),
     )

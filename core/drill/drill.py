@@ -50,6 +50,7 @@ from core.nexmark.patterns import BurstPattern, Trace
 from core.nexmark.schedule import RateSchedule
 from core.offload_plan import DEFAULT_OFFLOAD_COST
 from core.spark.session import MemoryConfig
+from router.agent.warm_pool import DEFAULT_KEEP_WARM_S
 
 POLICIES = ("sponge", "noscaling", "vmbase", "vminit", "over")
 VM_SCALING = ("vmbase", "vminit")  # add a VM when the policy detects the burst
@@ -88,6 +89,7 @@ class DrillConfig:
     seed: int = 0
     stable_rate: float | None = None  # None: probe for ~70 % VM CPU
     max_workers: int = 4
+    keep_warm_s: float | None = DEFAULT_KEEP_WARM_S  # the sponge policy's keep-warm interval
     vm_cpus: tuple[int, ...] = (0,)
     worker_cpus: tuple[int, ...] = (1,)
     check_reference: bool = True
@@ -279,6 +281,7 @@ def _spec(config: DrillConfig, policy: str, trace: Trace, per_core: float, route
         controlled=policy == "sponge" or vms,  # vmbase/vminit: the policy's trigger, no plan published
         max_workers=config.max_workers,
         prewarm=config.max_workers if routed and policy == "sponge" else 0,
+        keep_warm_s=config.keep_warm_s if routed and policy == "sponge" else None,
         per_core_rate=per_core,
         rho=DEFAULT_RHO.get(config.query, 5.0),
         deadline_s=float(config.window_slide_s),
@@ -457,6 +460,8 @@ def _summarise(
         "records_offloaded": result["summary"].get("records_offloaded", 0),
         "operators_offloaded": result["summary"].get("operators_offloaded", {}),
         "handoffs": result["summary"].get("handoffs", {}),
+        "cold_starts": result["summary"].get("cold_starts", 0),
+        "warm_starts": result["summary"].get("warm_starts", 0),
         "notes": _notes(result),
     }
 
@@ -514,7 +519,8 @@ def _notes(result: dict[str, Any]) -> str:
         return ""
     return (
         f"{s['records_offloaded']:,} records offloaded; {s.get('workers_started', 0)} workers started, "
-        f"{s.get('workers_prewarmed', 0)} prewarmed, {s.get('cold_starts', 0)} cold starts"
+        f"{s.get('workers_prewarmed', 0)} prewarmed, {s.get('cold_starts', 0)} cold starts, "
+        f"{s.get('warm_starts', 0)} warm starts"
     )
 
 

@@ -70,6 +70,7 @@ class PolicyRun:
     controlled: bool = False  # the policy loop decides the share
     max_workers: int = 4
     prewarm: int = 0
+    keep_warm_s: float | None = None  # the agent's keep-warm interval (router/agent/warm_pool.py); None: off
     per_core_rate: float = 0.0
     rho: float = 1.0
     deadline_s: float = 2.0
@@ -366,6 +367,7 @@ def _run(spec: PolicyRun, pool: Any) -> dict[str, Any]:
             workers=spec.max_workers,
             worker_cpus=frozenset(spec.worker_cpus) or None,
             prewarm=spec.prewarm,
+            keep_warm_s=spec.keep_warm_s,
             idle_timeout_s=600.0,  # the warm pool keeps its sessions for the whole drill
         )
     hooks = DrillHooks(spec, schedule, pool)

@@ -154,6 +154,11 @@ CASES: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
         ("run", "q1", "-o", "{tmp}/out", "--offload-share", "0.5", "--chunk-timeout", "0"),
         ("--chunk-timeout",),
     ),
+    (("run", "q1", "-o", "{tmp}/out", "--keep-warm", "60"), ("--keep-warm needs --offload-share",)),
+    (
+        ("run", "q1", "-o", "{tmp}/out", "--offload-share", "0.5", "--keep-warm", "-1"),
+        ("--keep-warm must be 0 (off) or a positive number of seconds", "e.g. --keep-warm 240"),
+    ),
     # run: the live policy
     (
         ("run", "q1", "-o", "{tmp}/out", "--rate", "1000", "--policy", "sponge", "--offload-share", "0.5"),
@@ -212,6 +217,8 @@ CASES: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
     (("drill", "--policy", "sponge", "--compare", "sponge,over"), ("--policy and --compare", "one of them")),
     (("drill", "--compare", "noscaling", "--workers", "2"), ("tunes the sponge policy", "drop --workers")),
     (("drill", "--vm-launch-delay", "10"), ("tunes the vmbase policy", "--vm-launch-delay")),
+    (("drill", "--compare", "over", "--keep-warm", "60"), ("tunes the sponge policy", "drop --keep-warm")),
+    (("drill", "--keep-warm", "nan"), ("--keep-warm must be 0 (off)", "e.g. --keep-warm 240")),
     # drill: memory
     (("drill", "--executor-memory", "64g"), ("2 x --executor-memory 64g", "more than this machine")),
     (("drill", "--query", "q5", "--state-store", "hdfs"), ("transformWithState", "drop --state-store hdfs")),
