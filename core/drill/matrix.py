@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from core.drill import drill as drills
 from core.drill.drill import DrillConfig, policies_from
@@ -253,17 +253,28 @@ def cell_state(config: DrillConfig) -> str:
     return "done" if (config.report / "report.json").exists() else "pending"
 
 
-class Progress:
-    """What the matrix says as it goes; the CLI draws it with rich, this default says nothing."""
+class Progress(Protocol):
+    """What the matrix says as it goes (the CLI draws it with rich); `Silent` says nothing."""
 
-    def cell(self, number: int, total: int, cell: Cell, state: str) -> None:
-        """Cell `number` of `total` starts (state "pending" or "failed": it runs) or is kept ("done")."""
+    def start(self, number: int, total: int, cell: Cell, state: str) -> None:
+        """Cell `number` of `total` begins: it runs (state "pending" or "failed") or is kept ("done")."""
 
     def status(self, text: str) -> None:
         """The running drill's own status line (run_drill's `status` callback)."""
 
-    def failed(self, cell: Cell, error: SpongeError) -> None:
-        """The cell's drill failed; the matrix goes on with the next cell."""
+    def end(self, cell: Cell, state: str, error: SpongeError | None = None) -> None:
+        """The cell is done (run now or kept) or failed (the matrix goes on with the next cell)."""
+
+
+class Silent:
+    def start(self, number: int, total: int, cell: Cell, state: str) -> None:
+        pass
+
+    def status(self, text: str) -> None:
+        pass
+
+    def end(self, cell: Cell, state: str, error: SpongeError | None = None) -> None:
+        pass
 
 
 def run_matrix(config: MatrixConfig, progress: Progress | None = None) -> dict[str, Any]:
@@ -273,13 +284,14 @@ def run_matrix(config: MatrixConfig, progress: Progress | None = None) -> dict[s
     time), except for errors every cell would hit alike (a bad setting, a missing tool). An interrupt
     propagates at once; every cell finished before it keeps its report.
     """
-    progress = progress or Progress()
+    progress = progress or Silent()
     cells = config.cells()
     for number, cell in enumerate(cells, start=1):
         drill = config.drill_config(cell)
         state = cell_state(drill)
-        progress.cell(number, len(cells), cell, state)
+        progress.start(number, len(cells), cell, state)
         if state == "done":
+            progress.end(cell, state)
             continue
         try:
             run_cell(
@@ -289,7 +301,9 @@ def run_matrix(config: MatrixConfig, progress: Progress | None = None) -> dict[s
             raise
         except SpongeError as e:
             _write_marker(drill, error=e.one_line())
-            progress.failed(cell, e)
+            progress.end(cell, "failed", e)
+        else:
+            progress.end(cell, "done")
     return matrix_table(config)
 
 

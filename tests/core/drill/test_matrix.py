@@ -153,13 +153,17 @@ def test_a_comma_list_is_read_case_insensitively_each_once() -> None:
 # Running, resuming, interrupting
 
 
-class Recorder(m.Progress):
+class Recorder(m.Silent):
     def __init__(self) -> None:
         self.cells: list[tuple[int, int, str, str]] = []
+        self.ends: list[tuple[str, str]] = []
         self.lines: list[str] = []
 
-    def cell(self, number: int, total: int, cell: m.Cell, state: str) -> None:
+    def start(self, number: int, total: int, cell: m.Cell, state: str) -> None:
         self.cells.append((number, total, cell.name, state))
+
+    def end(self, cell: m.Cell, state: str, error: Exception | None = None) -> None:
+        self.ends.append((cell.name, state))
 
     def status(self, text: str) -> None:
         self.lines.append(text)
@@ -171,6 +175,7 @@ def test_every_cell_runs_once_into_its_own_directory(tmp_path: Path, fake: FakeD
     table = m.run_matrix(config, progress)
     assert fake.ran == ["q1-sudden", "q5-sudden"]
     assert progress.cells == [(1, 2, "q1-sudden", "pending"), (2, 2, "q5-sudden", "pending")]
+    assert progress.ends == [("q1-sudden", "done"), ("q5-sudden", "done")]
     assert progress.lines == ["sponge: 1 s"] * 2  # the drill's own status line
     for name in fake.ran:
         cell = tmp_path / "matrix" / name
@@ -222,7 +227,9 @@ def test_a_failed_cell_is_recorded_the_matrix_goes_on_and_the_cell_runs_again(
     tmp_path: Path, fake: FakeDrill
 ) -> None:
     fake.fail_at = "q1-sudden"
-    table = m.run_matrix(_config(tmp_path))
+    progress = Recorder()
+    table = m.run_matrix(_config(tmp_path), progress)
+    assert progress.ends == [("q1-sudden", "failed"), ("q5-sudden", "done")]
     assert fake.ran == ["q5-sudden"]
     failed = table["cells"][0]
     assert failed["state"] == "failed" and "ran out of memory" in failed["error"]
