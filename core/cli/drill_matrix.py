@@ -154,7 +154,8 @@ def _run(config: Any, as_json: bool) -> None:
     finally:
         signal.signal(signal.SIGTERM, previous)
     paths = write_matrix(table, config.out)
-    out.print(_render(table))
+    shown, width = _render(table)
+    out.print(shown, width=max(out.width, width))  # wider than the terminal rather than cut figures
     out.print(f"matrix: {paths['markdown']}, {paths['json'].name}, {paths['png'].name}", markup=False)
     if as_json:
         print(json.dumps(table, separators=(",", ":"), allow_nan=False, ensure_ascii=False), flush=True)
@@ -168,16 +169,21 @@ def _run(config: Any, as_json: bool) -> None:
         raise typer.Exit(1)
 
 
-def _render(table: dict[str, Any]) -> Table:
+def _render(table: dict[str, Any]) -> tuple[Table, int]:
+    """The table for the terminal, and the width it needs for every figure to show whole (headings
+    wrap, figures do not)."""
     from core.drill.matrix import table_rows
 
     header, rows, align = table_rows(table)
     shown = Table(title="Drill matrix", caption=table["label"], caption_style="dim italic")
-    for name, justify in zip(header, align, strict=True):
-        shown.add_column(name, justify=justify)  # type: ignore[arg-type]
+    widths = []
+    for i, (name, justify) in enumerate(zip(header, align, strict=True)):
+        widest = max((len(row[i]) for row in rows if len(row) == len(header) and row[i]), default=0)
+        widths.append(max(widest, *(len(word) for word in name.split())))
+        shown.add_column(name, justify=justify, min_width=widths[-1])  # type: ignore[arg-type]
     for row in rows:
         shown.add_row(*(Text(cell) for cell in row))
-    return shown
+    return shown, sum(widths) + 3 * len(widths) + 1
 
 
 class _Shown:
@@ -230,6 +236,9 @@ class _Shown:
         else:
             line = f"✓ {cell.name} ({took:.0f} s)"
         self.bar.console.print(line, markup=False, highlight=False)
+        task = self.bar.tasks[0]
+        if task.finished:
+            self.bar.update(self.task, description=f"{task.completed:.0f} cells", status="")
 
 
 def register(app: typer.Typer) -> None:

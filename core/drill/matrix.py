@@ -430,15 +430,14 @@ def table_rows(matrix: Mapping[str, Any]) -> tuple[list[str], list[list[str]], l
     others = [p for p in policies if p != REFERENCE_POLICY]
     targets = matrix["targets"]
     header = ["cell", "pattern", "stable rate (events/s)", "sponge peak p99 (ms)"]
-    header += [f"sponge ÷ {p} peak p99" + (f" (≤ {targets[p]:g}x)" if p in targets else "") for p in others]
+    header += [f"sponge ÷ {p}" + (f" (≤ {targets[p]:g}x)" if p in targets else "") for p in others]
     header += ["sponge reaction (s)", *(f"{p} cost" for p in policies)]
     header += ["sponge cost ÷ over's"] if "over" in others else []
     header += ["exact"]
     rows = []
     for row in matrix["cells"]:
         if row["state"] != "done":
-            what = row["state"] + (f": {row['error']}" if row.get("error") else "")
-            rows.append([row["cell"], row["pattern"], what, *[""] * (len(header) - 3)])
+            rows.append([row["cell"], row["pattern"], row["state"], *[""] * (len(header) - 3)])
             continue
         rate = row.get("stable_rate")
         text = [
@@ -467,12 +466,16 @@ def write_markdown(matrix: Mapping[str, Any], out: Path, heatmap: Path | None) -
         f"stable rate {rate} · seed {s['seed']} · target {s['target']} · "
         f"{matrix['cells_done']} of {matrix['cells_total']} cells done",
         "",
-        "Ratios are sponge's peak p99 over the other policy's: ✓ meets the drill's target, ✗ misses it. "
+        "sponge ÷ X: sponge's peak p99 over X's, ✓ where it meets the drill's target, ✗ where it misses. "
         "exact: every policy's output matched the batch reference.",
         "",
         *_md_table(*table_rows(matrix)),
         "",
     ]
+    failed = [r for r in matrix["cells"] if r["state"] == "failed"]
+    if failed:
+        lines += ["Failed cells (they run again next time):", ""]
+        lines += [f"- {r['cell']}: {r.get('error', 'no error recorded')}" for r in failed] + [""]
     if heatmap is not None:
         lines += [f"![peak p99 ratios]({heatmap.name})", ""]
     done = [r for r in matrix["cells"] if r["state"] == "done"]

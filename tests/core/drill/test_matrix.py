@@ -234,6 +234,9 @@ def test_a_failed_cell_is_recorded_the_matrix_goes_on_and_the_cell_runs_again(
     failed = table["cells"][0]
     assert failed["state"] == "failed" and "ran out of memory" in failed["error"]
     assert table["cells_failed"] == 1 and not table["complete"]
+    md = m.write_matrix(table, tmp_path / "matrix")["markdown"].read_text()
+    assert "| q1-sudden | sudden:2x:30s | failed |" in md
+    assert "- q1-sudden: the sponge run failed: its JVM ran out of memory (raise --driver-memory)" in md
 
     fake.fail_at = None
     assert m.run_matrix(_config(tmp_path))["complete"]
@@ -268,7 +271,7 @@ def test_the_table_holds_sponges_ratios_costs_and_exactness(tmp_path: Path, fake
 
     header, rows, align = m.table_rows(table)
     assert len(header) == len(align) == len(rows[0])
-    assert "sponge ÷ noscaling peak p99 (≤ 0.3x)" in header and header[-1] == "exact"
+    assert "sponge ÷ noscaling (≤ 0.3x)" in header and header[-1] == "exact"
     assert rows[0][:4] == ["q1-sudden", "sudden:2x:30s", "60,000", "850"]
     assert rows[0][4:7] == ["0.21x ✓", "0.44x ✓", "1.21x ✗"]
     assert (rows[0][-2], rows[0][-1], rows[1][-1]) == ("0.75x", "✓", "✗")
