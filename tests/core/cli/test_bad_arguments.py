@@ -224,6 +224,16 @@ CASES: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
     (("drill", "--query", "q5", "--state-store", "hdfs"), ("transformWithState", "drop --state-store hdfs")),
     (("drill", "--driver-memory", "2 GB please"), ("not a memory size",)),
     (("drill", "--driver-memory", "100000g"), ("of RAM",)),
+    # drill-matrix
+    (("drill-matrix", "--queries", "q1,q42"), ("unknown query 'q42'", "q0, q1, q2")),
+    (("drill-matrix", "--patterns", "spiky"), ("unknown burst pattern 'spiky'", "sudden, sine, gradual")),
+    (("drill-matrix", "--patterns", "sudden,sudden:2x:5s"), ("two sudden bursts",)),
+    (("drill-matrix", "--compare", "noscaling,over"), ("compares sponge", "add sponge to --compare")),
+    (("drill-matrix", "--compare", "sponge,bogus"), ("unknown policy 'bogus'",)),
+    (("drill-matrix", "--quick", "--patterns", "sine"), ("--quick sets --patterns", "drop --patterns")),
+    (("drill-matrix", "--duration", "31"), ("no time for a burst", "--duration")),
+    (("drill-matrix", "--report", "{file}"), ("--report", "is a file")),
+    (("drill-matrix", "--target", "localstack"), ("no deployed stack for localstack", "sponge deploy")),
     # simulate
     (("simulate", "-q", "q42"), ("unknown query 'q42' for the simulator",)),
     (("simulate", "-q", "q1,q42"), ("unknown query 'q42'",)),
