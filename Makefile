@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup setup-fast test test-fast drill lint bench bench-offload clean \
+.PHONY: setup setup-fast test test-fast drill drill-matrix lint bench bench-offload clean \
         java node localstack-setup localstack localstack-stop
 
 # Everything the whole suite and the drill use: Java for Spark, the project's virtualenv, LocalStack's own
@@ -60,6 +60,11 @@ test-fast: setup-fast
 
 drill: setup
 	$(BIN)/sponge drill --query q5 --compare sponge,noscaling,over --pattern sudden:2x:6s --duration 13 --lead 5 --rate 95000
+
+# Every query under every burst pattern against sponge, noscaling, vmbase and over: hours. Resumable: run it
+# again after a Ctrl-C and the cells already done are kept (runs/drill-matrix/matrix.md).
+drill-matrix: setup
+	$(BIN)/sponge drill-matrix
 
 lint: setup
 	$(BIN)/ruff check .
