@@ -193,3 +193,32 @@ def test_an_agent_killed_outright_is_started_again_and_its_callers_go_on(tmp_pat
         assert sorted_rows(after) == sorted_rows(before) and isinstance(after, pa.Table)
     finally:
         agent.stop()
+
+
+def test_keep_warm_reaches_the_agent_on_its_command_line_or_not_at_all(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    config = AgentProcessConfig(secret_file=tmp_path / "s", max_workers=3, keep_warm_s=90)
+    assert " --keep-warm-s 90.0 " in f" {' '.join(config.argv())} "
+    for off in (None, 0):
+        assert "--keep-warm-s" not in AgentProcessConfig(tmp_path / "s", 3, keep_warm_s=off).argv()
+    with pytest.raises(ConfigError, match="--keep-warm must be 0"):
+        AgentProcessConfig(secret_file=tmp_path / "s", max_workers=3, keep_warm_s=-1)
+
+
+@pytest.mark.slow  # the agent and embedded workers as their own processes
+def test_the_embedded_fleet_is_kept_warm_while_the_agent_is_idle(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    config = AgentProcessConfig(
+        secret_file=write_secret(tmp_path / "secret"),
+        max_workers=2,
+        prewarm=2,
+        keep_warm_s=0.5,
+        log_path=tmp_path / "workers.log",
+        start_timeout_s=30,
+    )
+    with AgentProcess(config) as agent:
+        assert agent.wait_warm(2, 30)
+        deadline = time.monotonic() + 30
+        while agent.latest().get("keep_warm_pings", 0) < 6 and time.monotonic() < deadline:
+            time.sleep(0.1)
+    totals = agent.totals()
+    assert totals["workers_prewarmed"] == 2 and totals["keep_warm_pings"] >= 6, totals
+    assert totals["keep_warm_cold"] == 0, "the pool's environments were pinged, none started anew"
