@@ -95,11 +95,11 @@ class MatrixConfig:
     queries: tuple[str, ...] = tuple(QUERIES)
     patterns: tuple[str, ...] = KINDS  # kinds (the burst sized to the trace) or full pattern specs
     policies: tuple[str, ...] = DEFAULT_POLICIES
-    duration_s: float = 90.0
-    lead_s: float = 30.0
+    duration_s: float = DrillConfig.duration_s  # a drill's own defaults, 90 s after 30 s of lead-in
+    lead_s: float = DrillConfig.lead_s
     seed: int = 0
     stable_rate: float | None = None  # None: each query's drill probes its own (cached per query)
-    max_workers: int = 4
+    max_workers: int = DrillConfig.max_workers
     target: str = "embedded"
     out: Path = DEFAULT_DIR
     memory: MemoryConfig = field(default_factory=MemoryConfig)
