@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.report_line import finish
+from router.invokers.lambda_api import WARMUP_HOLD_S
 
 METHOD = (__doc__ or "").split("Method. ", 1)[1].replace("\n", " ").strip()
 
@@ -139,7 +140,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     ap.add_argument("--pool", type=int, default=3, help="warm-ups per round: the cold burst (default 3)")
     ap.add_argument("--samples", type=int, default=20, help="single warm starts timed (default 20)")
-    ap.add_argument("--hold-s", type=float, default=1.0, help="each round's warm-up hold (default 1.0 s)")
+    ap.add_argument(
+        "--hold-s",
+        type=float,
+        default=WARMUP_HOLD_S,
+        help=f"each round's warm-up hold (default {WARMUP_HOLD_S:g} s, the warm pool's)",
+    )
     ap.add_argument(
         "--idle",
         type=_seconds,

@@ -40,10 +40,11 @@ THROTTLE_CODES = frozenset({"TooManyRequestsException", "ThrottlingException"})
 ASYNC_PAYLOAD_LIMIT = 1024 * 1024  # 1 MB for "Event" invokes (6 MB for synchronous)
 SYNC_PAYLOAD_LIMIT = 6 * 1024 * 1024
 INVOCATION_TYPES = ("Event", "RequestResponse")
-WARMUP_HOLD_S = 1.0
-"""How long each warm-up of a round holds its environment (lambda_worker/handler.py caps it): above the
-spread of the round's invokes reaching Lambda (tens of ms on LocalStack, bench.cold_start) with room for
-a loaded machine, and short beside a keep-warm interval."""
+WARMUP_HOLD_S = 0.5
+"""How long each warm-up of a round holds its environment (lambda_worker/handler.py caps it): ten times the
+spread of a round's invokes reaching LocalStack (under 40 ms for 4 at once; with a 50 ms hold a round of 4
+still reached 4 environments, bench.cold_start), with room for bigger pools and a loaded machine; and
+short, because a burst that arrives during a round finds the pool busy (ADR 0039)."""
 
 
 @dataclass(frozen=True)
