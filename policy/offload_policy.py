@@ -237,7 +237,7 @@ class SpongePolicy:
         offloaded = required * self.share
         workers = workers_for(offloaded, self._per_core, cfg.rho, cfg.cpu_target, sizing=cfg.worker_sizing,
                               chunk_events=cfg.chunk_events, chunk_wait_s=cfg.chunk_wait_s,
-                              beta=cfg.es_stream_beta)
+                              beta=cfg.es_stream_beta, max_workers=cfg.max_workers)
         self.workers = min(cfg.max_workers, max(workers, 1)) if self.share > 0 else 0
 
     def _learn(self, obs: Observation) -> None:

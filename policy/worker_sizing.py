@@ -57,18 +57,26 @@ def workers_for(
     chunk_wait_s: float = 0.1,
     beta: float = 0.5,
     cores_per_worker: int = 1,
+    max_workers: int = 10_000,
 ) -> int:
-    """Workers (of `cores_per_worker` cores) for `offloaded_rate` events/s; 0 for no rate.
+    """Workers (of `cores_per_worker` cores) for `offloaded_rate` events/s, at most `max_workers`; 0 for
+    no rate.
 
-    `cpu_target` is a fraction (0.7); a worker serves rho x per_core_rate events/s at 100 %.
+    `cpu_target` is a fraction (0.7); a worker serves rho x per_core_rate events/s at 100 %. The cap
+    also bounds the M/M/k search (O(k^2) Erlang B steps), so a rate far beyond it costs no more than it.
     """
     if offloaded_rate <= 0:
         return 0
     eq3 = -(-lambda_cores(offloaded_rate, per_core_rate, rho, cpu_target * 100) // cores_per_worker)
-    if sizing == EQ3:
-        return eq3
+    if sizing == EQ3 or eq3 >= max_workers:
+        return min(eq3, max_workers)
     arrivals = offloaded_rate / chunk_events  # chunks/s
     service = rho * per_core_rate * cores_per_worker / chunk_events  # chunks/s one worker finishes
-    if sizing == ES_STREAM:
-        return es_stream_servers(arrivals, service, beta)
-    return max(eq3, min_servers(arrivals, service, max_wait_s=chunk_wait_s, max_servers=max(eq3, 1) * 100))
+    if arrivals / service >= max_workers:
+        return max_workers  # not even the stability bound fits under the cap
+    try:
+        if sizing == ES_STREAM:
+            return es_stream_servers(arrivals, service, beta, max_servers=max_workers)
+        return max(eq3, min_servers(arrivals, service, max_wait_s=chunk_wait_s, max_servers=max_workers))
+    except ConfigError:  # the model wants more than the cap: the cap it is
+        return max_workers
