@@ -21,12 +21,20 @@ from core.drill.report_numbers import PEAK_P99_TARGETS, REFERENCE_POLICY, fmt_ra
 
 _DPI = 110
 _SPAN = 1.0  # colours saturate at 10x better or worse than the target (log10 of ratio ÷ target)
+_EDGE = 0.02  # how far from the target's line a met or missed square is drawn, at least
 
 
 def heatmap_columns(matrix: Mapping[str, Any]) -> list[str]:
     """The baselines with a target that the matrix ran, in the order of --compare."""
     policies = matrix["settings"]["policies"]
     return [p for p in policies if p != REFERENCE_POLICY and p in PEAK_P99_TARGETS]
+
+
+def square_score(ratio: float, target: float) -> float:
+    """Where a square sits on the colour scale: log10(ratio ÷ target), below zero (green) when the ratio
+    meets the target and above (red) when it misses, even for a ratio exactly at its target."""
+    score = math.log10(ratio / target)
+    return min(score, -_EDGE) if ratio <= target else max(score, _EDGE)
 
 
 def write_heatmap(matrix: Mapping[str, Any], path: Path) -> Path:
@@ -51,9 +59,8 @@ def write_heatmap(matrix: Mapping[str, Any], path: Path) -> Path:
                 ax.text(j, i, "n/a" if row["state"] == "done" else row["state"], ha="center", va="center",
                         color="#555555", fontsize="small")  # fmt: skip
                 continue
-            score = math.log10(ratio / PEAK_P99_TARGETS[policy])
-            image[i][j] = score
             met = ratio <= PEAK_P99_TARGETS[policy]
+            score = image[i][j] = square_score(ratio, PEAK_P99_TARGETS[policy])
             shade = cmap(norm(score))
             dark = 0.299 * shade[0] + 0.587 * shade[1] + 0.114 * shade[2] < 0.5
             ax.text(j, i, f"{fmt_ratio(ratio)} {'✓' if met else '✗'}", ha="center", va="center",
@@ -87,7 +94,7 @@ def _colormap() -> Any:
     from matplotlib.colors import LinearSegmentedColormap
 
     return LinearSegmentedColormap.from_list(
-        "target", [(0.0, "#1a7f37"), (0.499, "#c8e6c9"), (0.501, "#ffcdd2"), (1.0, "#b71c1c")]
+        "target", [(0.0, "#1a7f37"), (0.499, "#a5d6a7"), (0.501, "#ef9a9a"), (1.0, "#b71c1c")]
     )
 
 

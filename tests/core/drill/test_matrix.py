@@ -303,5 +303,13 @@ def test_the_files_are_written_json_markdown_and_a_real_png(tmp_path: Path, fake
     assert "2 of 3 cells done" in md
 
 
+def test_a_square_is_coloured_by_its_verdict_even_at_the_target() -> None:
+    from core.drill.matrix_plot import square_score
+
+    assert square_score(0.3, 0.3) < 0 < square_score(0.301, 0.3)  # at the target: met, green
+    assert square_score(0.03, 0.3) == pytest.approx(-1.0)  # 10x better
+    assert square_score(12.0, 1.2) == pytest.approx(1.0)  # 10x worse
+
+
 def _no_nan(token: str) -> None:
     raise AssertionError(f"matrix.json holds {token}, which is not JSON")
