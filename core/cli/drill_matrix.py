@@ -10,7 +10,7 @@ import json
 import signal
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -19,6 +19,9 @@ from rich.text import Text
 from core.cli.options import SeedOpt, memory_config
 from core.console import err, out
 from core.errors import ConfigError, SpongeError
+
+if TYPE_CHECKING:
+    from core.drill.matrix import Cell, MatrixConfig
 
 
 def drill_matrix(
@@ -135,7 +138,7 @@ def _interrupt(*_: object) -> None:
     raise KeyboardInterrupt  # SIGTERM stops the drill in flight as Ctrl-C does (its child and VMs too)
 
 
-def _run(config: Any, as_json: bool) -> None:
+def _run(config: MatrixConfig, as_json: bool) -> None:
     from core.drill.matrix import matrix_table, run_matrix, write_matrix
 
     previous = signal.signal(signal.SIGTERM, _interrupt)
@@ -154,8 +157,8 @@ def _run(config: Any, as_json: bool) -> None:
     finally:
         signal.signal(signal.SIGTERM, previous)
     paths = write_matrix(table, config.out)
-    shown, width = _render(table)
-    out.print(shown, width=max(out.width, width))  # wider than the terminal rather than cut figures
+    rendered, width = _render(table)
+    out.print(rendered, width=max(out.width, width))  # wider than the terminal rather than cut figures
     out.print(f"matrix: {paths['markdown']}, {paths['json'].name}, {paths['png'].name}", markup=False)
     if as_json:
         print(json.dumps(table, separators=(",", ":"), allow_nan=False, ensure_ascii=False), flush=True)
@@ -211,7 +214,7 @@ class _Shown:
     def __exit__(self, *exc: object) -> None:
         self.bar.__exit__(*exc)  # type: ignore[arg-type]
 
-    def start(self, number: int, total: int, cell: Any, state: str) -> None:
+    def start(self, number: int, total: int, cell: Cell, state: str) -> None:
         if self.task is None:
             self.task = self.bar.add_task("", total=total, status="")
         self.kept = state == "done"
@@ -226,7 +229,7 @@ class _Shown:
     def status(self, text: str) -> None:
         self.bar.update(self.task, status=text)
 
-    def end(self, cell: Any, state: str, error: SpongeError | None = None) -> None:
+    def end(self, cell: Cell, state: str, error: SpongeError | None = None) -> None:
         self.bar.advance(self.task)
         took = time.monotonic() - self.started
         if error is not None:
@@ -238,7 +241,11 @@ class _Shown:
         self.bar.console.print(line, markup=False, highlight=False)
         task = self.bar.tasks[0]
         if task.finished:
-            self.bar.update(self.task, description=f"{task.completed:.0f} cells", status="")
+            self.bar.update(
+                self.task,
+                description=f"{task.completed:.0f} cell{'s' if task.completed != 1 else ''}",
+                status="",
+            )
 
 
 def register(app: typer.Typer) -> None:
