@@ -53,8 +53,8 @@ class PolicyLoop:
         self.apply = apply
         self.log = log
         # The policy's own period by default; without a policy (a noscaling run) once a second.
-        self.interval_s = interval_s if interval_s is not None else (
-            policy.config.period_s if policy is not None else 1.0
+        self.interval_s = (
+            interval_s if interval_s is not None else (policy.config.period_s if policy is not None else 1.0)
         )
         self.recent_s = min(recent_s, self.interval_s)  # the window of the observation's recent input rate
         self.gauges = gauges  # recorded with each sample (e.g. the agent's connected workers)

@@ -70,7 +70,7 @@ class PolicyConfig:
     cpu_high: float = CPU_HIGH / 100
     queue_delay_limit_s: float = 2.0
     # The monitoring period the loop observes at. Half a second: two periods confirm a burst within the
-    # 2 s reaction bar wherever in a period it begins (ADR 0040); the observation costs ~1 ms.
+    # 2 s reaction bar wherever in a period it begins (ADR 0040).
     period_s: float = 0.5
     trigger_periods: int = 2  # consecutive periods out of the band before a trigger fires (1: at once)
     release_periods: int = 10  # consecutive calm periods before each scale-down round (5 s at 0.5 s)
@@ -104,13 +104,17 @@ class PolicyConfig:
         if not 0 < self.max_share <= 1 or self.max_workers < 1 or self.deadline_s <= 0:
             raise ConfigError("max_share must be in (0, 1], max_workers >= 1 and deadline_s > 0")
         if not (math.isfinite(self.period_s) and 0 < self.period_s <= 60):
-            raise ConfigError(f"period_s must be in (0, 60] s, got {self.period_s!r}",
-                              hint="the monitoring period: 0.5 s by default, 1 s in logs from before")
+            raise ConfigError(
+                f"period_s must be in (0, 60] s, got {self.period_s!r}",
+                hint="the monitoring period: 0.5 s by default, 1 s in logs from before",
+            )
         for name in ("trigger_periods", "release_periods"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name} must be an integer >= 1, got {value!r}",
-                                  hint="1 acts on the first period; 2 or more ignores shorter blips")
+                raise ConfigError(
+                    f"{name} must be an integer >= 1, got {value!r}",
+                    hint="1 acts on the first period; 2 or more ignores shorter blips",
+                )
         if not (math.isfinite(self.scale_down_hold_s) and self.scale_down_hold_s >= 0):
             raise ConfigError(f"scale_down_hold_s must be >= 0 s, got {self.scale_down_hold_s!r}")
         if not math.isfinite(self.skew_eta):
@@ -235,9 +239,17 @@ class SpongePolicy:
         self.share = round(share, 4)
         cfg = self.config
         offloaded = required * self.share
-        workers = workers_for(offloaded, self._per_core, cfg.rho, cfg.cpu_target, sizing=cfg.worker_sizing,
-                              chunk_events=cfg.chunk_events, chunk_wait_s=cfg.chunk_wait_s,
-                              beta=cfg.es_stream_beta, max_workers=cfg.max_workers)
+        workers = workers_for(
+            offloaded,
+            self._per_core,
+            cfg.rho,
+            cfg.cpu_target,
+            sizing=cfg.worker_sizing,
+            chunk_events=cfg.chunk_events,
+            chunk_wait_s=cfg.chunk_wait_s,
+            beta=cfg.es_stream_beta,
+            max_workers=cfg.max_workers,
+        )
         self.workers = min(cfg.max_workers, max(workers, 1)) if self.share > 0 else 0
 
     def _learn(self, obs: Observation) -> None:

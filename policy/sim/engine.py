@@ -54,8 +54,10 @@ class EngineConfig:
             raise ConfigError(f"dt must divide one second, got {self.dt}", hint="0.1 or 0.05")
         steps = round(self.period_s / self.dt)
         if steps < 1 or abs(steps * self.dt - self.period_s) > 1e-9:
-            raise ConfigError(f"the monitoring period must be a multiple of dt = {self.dt} s, "
-                              f"got {self.period_s}", hint="e.g. 0.5 or 1.0")
+            raise ConfigError(
+                f"the monitoring period must be a multiple of dt = {self.dt} s, got {self.period_s}",
+                hint="e.g. 0.5 or 1.0",
+            )
         if self.vms < 1 or self.cores_per_vm < 1 or self.max_workers < 0 or self.warm_workers < 0:
             raise ConfigError("the cluster needs at least one VM core and non-negative worker counts")
 
@@ -150,8 +152,9 @@ class Cluster:
 
     # --- what strategies change ----------------------------------------------------------------------
     def add_vms(self, vms: int, usable_from: float, billed_from: float, cold_jit: bool) -> VmGroup:
-        group = VmGroup(vms, vms * self.config.cores_per_vm, usable_from, billed_from,
-                        usable_from if cold_jit else None)
+        group = VmGroup(
+            vms, vms * self.config.cores_per_vm, usable_from, billed_from, usable_from if cold_jit else None
+        )
         self.groups.append(group)
         return group
 
@@ -176,8 +179,9 @@ class Cluster:
             else:
                 per_vm = g.cores // g.vms
                 g.vms, g.cores = g.vms - left, g.cores - left * per_vm
-                self.groups.append(VmGroup(left, left * per_vm, g.usable_from, g.billed_from, g.jit_from,
-                                           released_at=self.t))
+                self.groups.append(
+                    VmGroup(left, left * per_vm, g.usable_from, g.billed_from, g.jit_from, released_at=self.t)
+                )
                 left = 0
         return n - left
 

@@ -72,11 +72,15 @@ class SimConfig:
         BurstPattern.parse(self.pattern)  # refuses a bad spec with the pattern's own hint
         fixed = {"per_core_rate", "rho", "deadline_s", "max_workers", "offload_cost"}
         if unknown := sorted(set(self.policy) - (set(PolicyConfig.__dataclass_fields__) - fixed)):
-            raise ConfigError(f"SimConfig.policy names {unknown}, which the simulation does not let you set",
-                              hint="per_core_rate, rho and offload_cost come from the query's profile")
+            raise ConfigError(
+                f"SimConfig.policy names {unknown}, which the simulation does not let you set",
+                hint="per_core_rate, rho and offload_cost come from the query's profile",
+            )
         if self.duration_s <= 0 or self.lead_s < 10 or self.lead_s >= self.duration_s:
-            raise ConfigError("the trace needs a lead-in of at least 10 s inside a positive duration",
-                              hint="e.g. --duration 240 with the default 60 s lead-in")
+            raise ConfigError(
+                "the trace needs a lead-in of at least 10 s inside a positive duration",
+                hint="e.g. --duration 240 with the default 60 s lead-in",
+            )
         if self.warm_factor < 0 or self.deadline_s <= 0 or self.vm_latency_s < 0:
             raise ConfigError("warm_factor and vm_latency_s must be >= 0 and deadline_s > 0")
 
@@ -91,9 +95,14 @@ def _arrivals(profile: QueryProfile, config: SimConfig) -> tuple[Any, list[float
 def policy_config(profile: QueryProfile, config: SimConfig) -> PolicyConfig:
     """The live policy's configuration at paper scale: the profiled per-core rate, rho and offload cost,
     the router's chunk as the simulator sends it (`MeasuredCosts.chunk_rows`) and `config.policy`."""
-    base = PolicyConfig(per_core_rate=profile.per_core_rate, rho=profile.rho, deadline_s=config.deadline_s,
-                        max_workers=config.scale.max_workers, offload_cost=profile.sponge_vm_cost,
-                        chunk_events=config.measured.chunk_rows)
+    base = PolicyConfig(
+        per_core_rate=profile.per_core_rate,
+        rho=profile.rho,
+        deadline_s=config.deadline_s,
+        max_workers=config.scale.max_workers,
+        offload_cost=profile.sponge_vm_cost,
+        chunk_events=config.measured.chunk_rows,
+    )
     return replace(base, **config.policy)
 
 
@@ -101,11 +110,18 @@ def vm_rule(profile: QueryProfile, config: SimConfig) -> PersistentBurstRule:
     """Sponge's persistent-burst rule at paper scale: VMs ready after the paper's launch and JVM start
     (ADR 0007: the launch delay the cost rule assumes is the whole wait for a usable executor)."""
     base, scale = config.baseline, config.scale
-    burst = PersistentBurstConfig(launch_delay_s=base.vm_launch_s + base.jvm_start_s,
-                                  lambda_memory_mb=scale.lambda_memory_mb)
-    return PersistentBurstRule(burst, config.prices, per_core_rate=profile.per_core_rate, rho=profile.rho,
-                               cores_per_vm=scale.cores_per_vm, base_vms=scale.vms,
-                               max_new_vms=scale.max_new_vms)
+    burst = PersistentBurstConfig(
+        launch_delay_s=base.vm_launch_s + base.jvm_start_s, lambda_memory_mb=scale.lambda_memory_mb
+    )
+    return PersistentBurstRule(
+        burst,
+        config.prices,
+        per_core_rate=profile.per_core_rate,
+        rho=profile.rho,
+        cores_per_vm=scale.cores_per_vm,
+        base_vms=scale.vms,
+        max_new_vms=scale.max_new_vms,
+    )
 
 
 def warm_workers(profile: QueryProfile, config: SimConfig) -> int:
@@ -127,13 +143,17 @@ class QueryRuns:
 def _cost(result: RunResult, profile: QueryProfile, config: SimConfig, warm: int) -> float:
     horizon = config.duration_s
     cl = result.cluster
-    usd = sum(vm_cost_usd(g.vms, max(min(horizon, g.released_at) - g.billed_from, 0.0), prices=config.prices)
-              for g in cl.groups if g.billed_from < horizon)
+    usd = sum(
+        vm_cost_usd(g.vms, max(min(horizon, g.released_at) - g.billed_from, 0.0), prices=config.prices)
+        for g in cl.groups
+        if g.billed_from < horizon
+    )
     pings = warm * math.ceil(horizon / WARM_PING_INTERVAL_S) if result.policy in ("sponge", "sfbase") else 0
     seconds = cl.worker_seconds + pings * config.measured.warm_start_s
     if seconds > 0:
-        usd += lambda_cost_usd(1, config.scale.lambda_memory_mb, seconds, cl.worker_starts + pings,
-                               prices=config.prices)
+        usd += lambda_cost_usd(
+            1, config.scale.lambda_memory_mb, seconds, cl.worker_starts + pings, prices=config.prices
+        )
     return usd
 
 
@@ -158,8 +178,9 @@ def simulate_query(
     config = config or SimConfig()
     unknown = [p for p in policies if p not in POLICIES]
     if unknown or not policies:
-        raise ConfigError(f"unknown policies {unknown or policies}",
-                          hint=f"choose from {', '.join(POLICIES)}")
+        raise ConfigError(
+            f"unknown policies {unknown or policies}", hint=f"choose from {', '.join(POLICIES)}"
+        )
     profile = query_profile(query, measured=config.measured, scale=config.scale, rho=config.rho)
     pattern = BurstPattern.parse(config.pattern)
     trace, arrivals = _arrivals(profile, config)
@@ -167,9 +188,15 @@ def simulate_query(
     scale, base = config.scale, config.baseline
     warm = warm_workers(profile, config)
     engine = EngineConfig(
-        dt=config.dt, vms=scale.vms, cores_per_vm=scale.cores_per_vm, max_workers=scale.max_workers,
-        warm_workers=warm, epoch_s=config.vm_latency_s, cold_start_s=config.measured.cold_start_s,
-        warm_start_s=config.measured.warm_start_s, period_s=pcfg.period_s,
+        dt=config.dt,
+        vms=scale.vms,
+        cores_per_vm=scale.cores_per_vm,
+        max_workers=scale.max_workers,
+        warm_workers=warm,
+        epoch_s=config.vm_latency_s,
+        cold_start_s=config.measured.cold_start_s,
+        warm_start_s=config.measured.warm_start_s,
+        period_s=pcfg.period_s,
     )
     peak_vms = vms_for(profile.stable_rate * pattern.factor, profile.per_core_rate, scale.cores_per_vm)
     extra = max(peak_vms - scale.vms, 0)
@@ -179,11 +206,15 @@ def simulate_query(
     )
 
     def go(strategy: Any) -> RunResult:
-        return run(strategy, profile, arrivals, engine,
-                   jit_floor=base.jit_floor, jit_warmup_s=base.jit_warmup_s)
+        return run(
+            strategy, profile, arrivals, engine, jit_floor=base.jit_floor, jit_warmup_s=base.jit_warmup_s
+        )
 
-    sponge = SpongeStrategy(pcfg, vm_rule(profile, config) if config.vm_handover else None,
-                            vm_ready_s=base.vm_launch_s + base.jvm_start_s)
+    sponge = SpongeStrategy(
+        pcfg,
+        vm_rule(profile, config) if config.vm_handover else None,
+        vm_ready_s=base.vm_launch_s + base.jvm_start_s,
+    )
     results = {"sponge": go(sponge)}
     builders = {
         "noscaling": lambda: StaticStrategy("noscaling"),
@@ -204,25 +235,27 @@ def simulate_query(
         p99 = metrics.p99_by_second(r, latency, seconds)
         per_s = engine.steps_per_s
         s = r.series
-        runs.append({
-            "policy": name,
-            "peak_p99_ms": drill_latency.peak(p99, windows, after),
-            "mean_p99_ms_during_burst": drill_latency.mean(p99, windows),
-            "reaction_s": metrics.reaction_s(r, windows[0][0]) if windows else None,
-            "recovery_s": metrics.recovery_s(p99, windows, config.lead_s),
-            "lambda_worker_seconds": round(r.cluster.worker_seconds, 1),
-            "cost_usd": round(_cost(r, profile, config, warm), 6),
-            "results_match_reference": None,  # not applicable: nothing is computed in simulation
-            "events": round(s.arrived[-1]),
-            "events_processed": round(s.pulled[-1] - s.to_lambda[-1] + s.lambda_done[-1]),
-            "drained_at_s": round(len(s.arrived) * r.dt, 1),
-            "notes": _notes(r.cluster.log),
-            "p99_ms_by_second": p99,
-            "vm_cpu_by_second": metrics.per_second_mean(s.busy, per_s, seconds),
-            "workers_by_second": metrics.per_second_mean(s.workers, per_s, seconds, 1),
-            "offload_share_by_second": metrics.per_second_mean(s.share, per_s, seconds),
-            "vm_cores_by_second": metrics.per_second_mean(s.vm_cores, per_s, seconds, 1),
-        })
+        runs.append(
+            {
+                "policy": name,
+                "peak_p99_ms": drill_latency.peak(p99, windows, after),
+                "mean_p99_ms_during_burst": drill_latency.mean(p99, windows),
+                "reaction_s": metrics.reaction_s(r, windows[0][0]) if windows else None,
+                "recovery_s": metrics.recovery_s(p99, windows, config.lead_s),
+                "lambda_worker_seconds": round(r.cluster.worker_seconds, 1),
+                "cost_usd": round(_cost(r, profile, config, warm), 6),
+                "results_match_reference": None,  # not applicable: nothing is computed in simulation
+                "events": round(s.arrived[-1]),
+                "events_processed": round(s.pulled[-1] - s.to_lambda[-1] + s.lambda_done[-1]),
+                "drained_at_s": round(len(s.arrived) * r.dt, 1),
+                "notes": _notes(r.cluster.log),
+                "p99_ms_by_second": p99,
+                "vm_cpu_by_second": metrics.per_second_mean(s.busy, per_s, seconds),
+                "workers_by_second": metrics.per_second_mean(s.workers, per_s, seconds, 1),
+                "offload_share_by_second": metrics.per_second_mean(s.share, per_s, seconds),
+                "vm_cores_by_second": metrics.per_second_mean(s.vm_cores, per_s, seconds, 1),
+            }
+        )
         if name == "sponge" and config.vm_handover:
             runs[-1]["vm_requests"] = [
                 {"t": q.t, "add": q.add, "release": q.release, "servers": q.servers, "reason": q.reason}
@@ -238,10 +271,15 @@ def simulate_query(
         "generated_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "label": LABEL,
         "profile": {
-            "per_core_rate": round(profile.per_core_rate, 1), "rho": round(profile.rho, 3),
-            "router_cost": round(profile.router_cost, 4), "merge_cost": profile.merge_cost,
-            "sf_residual": round(profile.sf_residual, 4), "state_gb": profile.state_gb,
-            "warm_workers": warm, "over_vms": scale.vms + extra, "source": profile.source,
+            "per_core_rate": round(profile.per_core_rate, 1),
+            "rho": round(profile.rho, 3),
+            "router_cost": round(profile.router_cost, 4),
+            "merge_cost": profile.merge_cost,
+            "sf_residual": round(profile.sf_residual, 4),
+            "state_gb": profile.state_gb,
+            "warm_workers": warm,
+            "over_vms": scale.vms + extra,
+            "source": profile.source,
         },
         "runs": runs,
         "rate_by_second": trace.rate_by_second(),
@@ -287,8 +325,12 @@ def cost_curve(prices: Prices | None = None, points: int = 101) -> dict[str, Any
     curve = daily_cost_curve(fractions, setup, prices=prices)
     return {
         "label": LABEL,
-        "setup": {"base_vms": setup.base_vms, "burst_lambdas": setup.burst_lambdas,
-                  "lambda_memory_mb": setup.lambda_memory_mb, "static_vms": list(setup.static_vms)},
+        "setup": {
+            "base_vms": setup.base_vms,
+            "burst_lambdas": setup.burst_lambdas,
+            "lambda_memory_mb": setup.lambda_memory_mb,
+            "static_vms": list(setup.static_vms),
+        },
         "burst_fraction": fractions,
         "sponge_usd_per_day": [round(c.sponge_usd, 4) for c in curve],
         "static_usd_per_day": {str(n): [round(c.static_usd[n], 4) for c in curve] for n in setup.static_vms},

@@ -67,7 +67,7 @@ def test_every_event_of_the_trace_is_processed(fixture, request):
 def test_noscaling_latency_grows_through_the_overload_and_over_stays_flat(q1):
     runs = _runs(q1)
     noscale = runs["noscaling"]["p99_ms_by_second"]
-    burst = noscale[int(ONSET) + 1:int(ONSET) + 30]
+    burst = noscale[int(ONSET) + 1 : int(ONSET) + 30]
     assert all(b > a for a, b in itertools.pairwise(burst))
     assert noscale[int(ONSET) + 29] > 10 * noscale[int(ONSET) - 5]
     over = runs["over"]["p99_ms_by_second"]
@@ -102,7 +102,7 @@ def test_vmbase_latency_falls_only_after_the_launch_delay():
     assert max(p99) > 20_000 and p99[-1] < 0.2 * max(p99)
     # Latency by arrival second peaks before the new VMs serve and only falls after they do.
     assert peak_at <= usable
-    after = p99[int(usable):]
+    after = p99[int(usable) :]
     assert all(b <= a for a, b in itertools.pairwise(after))
 
 
@@ -125,10 +125,23 @@ def test_measured_constants_and_derived_profile():
 
 
 def test_cli_simulates_and_writes_the_report(tmp_path):
-    result = CliRunner().invoke(app, [
-        "simulate", "--query", "q1", "--pattern", "sudden:5x:20s", "--duration", "120",
-        "--compare", "sponge,noscaling,vmbase,sfbase,over", "--report", str(tmp_path), "--cost-curve",
-    ])
+    result = CliRunner().invoke(
+        app,
+        [
+            "simulate",
+            "--query",
+            "q1",
+            "--pattern",
+            "sudden:5x:20s",
+            "--duration",
+            "120",
+            "--compare",
+            "sponge,noscaling,vmbase,sfbase,over",
+            "--report",
+            str(tmp_path),
+            "--cost-curve",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "simulated" in result.output and "paper" in result.output
     for name in ("report.json", "report.md", "latency.png", "drill.png"):
