@@ -298,6 +298,16 @@ def _fairness_clauses(report: Mapping[str, Any], labels: Sequence[str]) -> list[
                 else f"(UNFAIR: {spread:.2f}x apart, over the {UNFAIR_SPREAD - 1:.0%} allowed)"
             )
         )
+    bursts = burst_windows(report)
+    unsettled = [
+        label
+        for run, label in zip(runs, labels, strict=True)
+        if bursts and "steady_s" in run and not (finite(run.get("steady_s")) or math.inf) < bursts[0][0]
+    ]
+    if unsettled:
+        clauses.append(
+            f"{_join(unsettled)} did not reach a steady state before the onset (pass a longer --lead)"
+        )
     for run, label in zip(runs, labels, strict=True):
         burst = run.get("in_burst")
         if isinstance(burst, Mapping) and burst.get("behind_with_idle_cores"):

@@ -13,11 +13,15 @@ from core.cli.main import app
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
+LEAD_S = 25  # long enough for the run to reach its steady state before the burst
+
 
 @pytest.mark.skipif(
     len(os.sched_getaffinity(0)) < 2, reason="a drill pins the VMs and the workers to separate cores"
 )
-def test_a_short_sponge_drill_offloads_the_burst_and_matches_the_reference(tmp_path: Path) -> None:
+def test_a_short_sponge_drill_waits_for_a_steady_run_offloads_the_burst_and_matches_the_reference(
+    tmp_path: Path,
+) -> None:
     report = tmp_path / "drill"
     result = CliRunner().invoke(
         app,
@@ -28,9 +32,9 @@ def test_a_short_sponge_drill_offloads_the_burst_and_matches_the_reference(tmp_p
             "--pattern",
             "sudden:3x:8s",
             "--duration",
-            "30",
+            str(LEAD_S + 20),
             "--lead",
-            "15",
+            str(LEAD_S),
             "--rate",
             "12000",
             "--report",
@@ -44,7 +48,15 @@ def test_a_short_sponge_drill_offloads_the_burst_and_matches_the_reference(tmp_p
     assert run["results_match_reference"] is True
     assert run["records_offloaded"] > 0  # the policy reacted to the burst and workers took records
     assert run["reaction_s"] is not None
-    assert len(run["p99_ms_by_second"]) == 30
+    assert len(run["p99_ms_by_second"]) == LEAD_S + 20
     assert (report / "report.md").exists() and (report / "latency.png").exists()
-    decisions = (report / "sponge" / "output-decisions.jsonl").read_text().splitlines()
-    assert len(decisions) > 10  # one per second, with the config first
+    assert run["deployment"]["spark"] == "standalone" and run["deployment"]["vm_cores"] == 1
+    # The policy decided nothing until the run was steady, and nothing was offloaded before the onset.
+    assert run["steady_s"] is not None and run["steady_s"] < LEAD_S, run["steady_s"]
+    log = (report / "sponge" / "output-decisions.jsonl").read_text().splitlines()[1:]
+    decisions = [json.loads(line)["decision"] for line in log]
+    assert len(decisions) > 10  # one per second once armed
+    assert decisions[0]["t"] >= run["steady_s"] - 1.0  # a sample's time is its second's start
+    early = [d for d in decisions if d["t"] < LEAD_S and d["share"] > 0]
+    assert not early, f"offloaded before the onset at {LEAD_S} s: {early}"
+    assert run["before_onset"] == {"max_share": 0.0, "worker_seconds": 0.0}

@@ -242,6 +242,7 @@ def test_unequal_starts_idle_cores_and_early_offloading_are_called_out(tmp_path:
         "over",
         3000.0,
         pre_burst_p99_ms=90.0,
+        steady_s=None,
         deployment={**deployment, "vm_cores": 2, "lambda_workers": 0},
         in_burst={"admitted_events_per_s": 90_000.0, "vm_cpu": 0.55, "behind_with_idle_cores": True},
     )
@@ -250,6 +251,7 @@ def test_unequal_starts_idle_cores_and_early_offloading_are_called_out(tmp_path:
     assert "(UNFAIR: 1.33x apart, over the 25% allowed)" in text
     assert "over fell behind in the burst with its VM cores only 55% busy" in text
     assert "sponge offloaded before the onset (share up to 90%, 12.0 worker-seconds)" in text
+    assert "over did not reach a steady state before the onset (pass a longer --lead)" in text
     md = tables.write_markdown(report, tmp_path, plots=[]).read_text()
     assert "| sponge | standalone, 1 VM core + up to 4 Lambda workers | 14.0 | 120,000 | 80% | 90% |" in md
     assert "| over | standalone, 2 VM cores | never | 90,000 | 55% (behind with idle cores) | 0% |" in md
