@@ -40,8 +40,10 @@ def _positive(name: str, value: float, *, allow_zero: bool = False) -> None:
     ok = math.isfinite(value) and (value >= 0 if allow_zero else value > 0)
     if not ok:
         bound = ">= 0" if allow_zero else "> 0"
-        raise ConfigError(f"{name} must be a finite number {bound}, got {value!r}",
-                          hint="fix the price table or the configuration")
+        raise ConfigError(
+            f"{name} must be a finite number {bound}, got {value!r}",
+            hint="fix the price table or the configuration",
+        )
 
 
 @dataclass(frozen=True)
@@ -71,8 +73,9 @@ class Prices:
         _positive("vm_billing_increment_s", self.vm_billing_increment_s)
         _positive("vm_minimum_billed_s", self.vm_minimum_billed_s, allow_zero=True)
         if not isinstance(self.vm_cores, int) or self.vm_cores < 1:
-            raise ConfigError(f"vm_cores must be an integer >= 1, got {self.vm_cores!r}",
-                              hint=f"{self.vm_type} has 4 vCPUs")
+            raise ConfigError(
+                f"vm_cores must be an integer >= 1, got {self.vm_cores!r}", hint=f"{self.vm_type} has 4 vCPUs"
+            )
         if not self.vm_type:
             raise ConfigError("vm_type must be named", hint="for example r5.xlarge")
 
@@ -113,8 +116,10 @@ def lambda_cost_usd(
     if workers < 0:
         raise ConfigError(f"the worker count must be >= 0, got {workers}")
     if not LAMBDA_MIN_MB <= memory_mb <= LAMBDA_MAX_MB:
-        raise ConfigError(f"Lambda memory must be {LAMBDA_MIN_MB}-{LAMBDA_MAX_MB} MB, got {memory_mb}",
-                          hint="1769 MB gives one full vCPU")
+        raise ConfigError(
+            f"Lambda memory must be {LAMBDA_MIN_MB}-{LAMBDA_MAX_MB} MB, got {memory_mb}",
+            hint="1769 MB gives one full vCPU",
+        )
     _positive("seconds", seconds, allow_zero=True)
     n_requests = workers if requests is None else requests
     if n_requests < 0:
@@ -174,16 +179,20 @@ class PersistentBurstConfig:
         _positive("remaining_factor", self.remaining_factor)
         _positive("invocation_s", self.invocation_s)
         if not 0 <= self.hysteresis < 1:
-            raise ConfigError(f"hysteresis must be in [0, 1), got {self.hysteresis}",
-                              hint="0.2 is a 20 % band")
+            raise ConfigError(
+                f"hysteresis must be in [0, 1), got {self.hysteresis}", hint="0.2 is a 20 % band"
+            )
         if self.cores_per_lambda < 1:
             raise ConfigError(f"cores per Lambda must be >= 1, got {self.cores_per_lambda}")
         if self.lambda_arch not in ARCHITECTURES:
-            raise ConfigError(f"unknown Lambda architecture {self.lambda_arch!r}",
-                              hint=f"one of {', '.join(ARCHITECTURES)}")
+            raise ConfigError(
+                f"unknown Lambda architecture {self.lambda_arch!r}", hint=f"one of {', '.join(ARCHITECTURES)}"
+            )
         if not LAMBDA_MIN_MB <= self.lambda_memory_mb <= LAMBDA_MAX_MB:
-            raise ConfigError(f"Lambda memory must be {LAMBDA_MIN_MB}-{LAMBDA_MAX_MB} MB, "
-                              f"got {self.lambda_memory_mb}", hint="1769 MB gives one full vCPU")
+            raise ConfigError(
+                f"Lambda memory must be {LAMBDA_MIN_MB}-{LAMBDA_MAX_MB} MB, got {self.lambda_memory_mb}",
+                hint="1769 MB gives one full vCPU",
+            )
 
 
 @dataclass(frozen=True)
@@ -265,8 +274,17 @@ def cheaper_to_buy_vms(
         _positive("expected_remaining_s", expected_remaining_s, allow_zero=True)
         horizon = expected_remaining_s
     if lambda_cores == 0 or n_vms == 0:
-        return VmDecision(False, 0, lambda_cores, burst_elapsed_s, horizon, 0.0, 0.0, math.inf,
-                          "no Lambda load to hand over")
+        return VmDecision(
+            False,
+            0,
+            lambda_cores,
+            burst_elapsed_s,
+            horizon,
+            0.0,
+            0.0,
+            math.inf,
+            "no Lambda load to hand over",
+        )
     workers = math.ceil(lambda_cores / config.cores_per_lambda)
     mem, arch = config.lambda_memory_mb, config.lambda_arch
 
@@ -310,8 +328,9 @@ class DailySetup:
             raise ConfigError("VM and Lambda counts must be >= 0")
         _positive("invocation_s", self.invocation_s)
         if self.lambda_arch not in ARCHITECTURES:
-            raise ConfigError(f"unknown Lambda architecture {self.lambda_arch!r}",
-                              hint=f"one of {', '.join(ARCHITECTURES)}")
+            raise ConfigError(
+                f"unknown Lambda architecture {self.lambda_arch!r}", hint=f"one of {', '.join(ARCHITECTURES)}"
+            )
 
 
 @dataclass(frozen=True)

@@ -85,8 +85,10 @@ class _Group:
 
 def _finite_positive(name: str, value: float) -> None:
     if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
-        raise ConfigError(f"{name} must be a finite number > 0, got {value!r}",
-                          hint="profile the per-core rate and rho first (sponge drill does so at start-up)")
+        raise ConfigError(
+            f"{name} must be a finite number > 0, got {value!r}",
+            hint="profile the per-core rate and rho first (sponge drill does so at start-up)",
+        )
 
 
 def _count(name: str, value: int, least: int) -> None:
@@ -124,12 +126,16 @@ class PersistentBurstRule:
         _count("base_vms", base_vms, 0)
         _count("max_new_vms", max_new_vms, 1)
         if not (math.isfinite(wait_target_s) and wait_target_s > 0):
-            raise ConfigError(f"the M/M/k waiting-time target must be > 0 s, got {wait_target_s!r}",
-                              hint="0.1 s: no finite VM count makes the mean wait exactly 0")
+            raise ConfigError(
+                f"the M/M/k waiting-time target must be > 0 s, got {wait_target_s!r}",
+                hint="0.1 s: no finite VM count makes the mean wait exactly 0",
+            )
         hold = config.launch_delay_s + config.handover_s if release_hold_s is None else release_hold_s
         if not (math.isfinite(hold) and hold >= 0):
-            raise ConfigError(f"release_hold_s must be a finite number >= 0, got {release_hold_s!r}",
-                              hint="e.g. the VM launch delay plus the handover (the default)")
+            raise ConfigError(
+                f"release_hold_s must be a finite number >= 0, got {release_hold_s!r}",
+                hint="e.g. the VM launch delay plus the handover (the default)",
+            )
         self.config = config
         self.prices = prices
         self.per_core_rate = float(per_core_rate)
@@ -204,14 +210,23 @@ class PersistentBurstRule:
         if need == 0 or vms_pending > 0:
             return None  # enough VMs usable or on their way; a pending request is never repeated
         cores = self._lambda_cores(decision, per_core)
-        d = cheaper_to_buy_vms(obs.t - self._burst_start, cores, rho=self.rho, prices=self.prices,
-                               config=self.config, buying=self._buying, vms=need)
+        d = cheaper_to_buy_vms(
+            obs.t - self._burst_start,
+            cores,
+            rho=self.rho,
+            prices=self.prices,
+            config=self.config,
+            buying=self._buying,
+            vms=need,
+        )
         self._buying = d.buy
         if not d.buy:
             return None
         self._groups.append(_Group(obs.t, need))
-        reason = (f"{d.reason}; M/M/k: {k} VMs of mu {mu:,.0f}/s for {obs.input_rate:,.0f}/s "
-                  f"(wait <= {self.wait_target_s:g} s), {self.base_vms} base + {held} held")
+        reason = (
+            f"{d.reason}; M/M/k: {k} VMs of mu {mu:,.0f}/s for {obs.input_rate:,.0f}/s "
+            f"(wait <= {self.wait_target_s:g} s), {self.base_vms} base + {held} held"
+        )
         return VmRequest(obs.t, need, 0, reason, d, k)
 
     def _servers(self, arrival_rate: float, mu: float) -> int:
@@ -247,7 +262,9 @@ class PersistentBurstRule:
         self._groups = [g for g in self._groups if obs.t - g.t < minimum]
         n = sum(g.vms for g in due)
         since = ", ".join(f"{g.t:g}" for g in due)
-        reason = (f"burst over: no offloaded share and the input {obs.input_rate:,.0f}/s fits the "
-                  f"{self.base_vms} base VMs (<= {fits:,.0f}/s at {CPU_HIGH:g} % CPU) for "
-                  f"{obs.t - self._passed_since:g} s; releasing {n} VMs requested at t = {since} s")
+        reason = (
+            f"burst over: no offloaded share and the input {obs.input_rate:,.0f}/s fits the "
+            f"{self.base_vms} base VMs (<= {fits:,.0f}/s at {CPU_HIGH:g} % CPU) for "
+            f"{obs.t - self._passed_since:g} s; releasing {n} VMs requested at t = {since} s"
+        )
         return VmRequest(obs.t, 0, n, reason, None, k)

@@ -27,8 +27,10 @@ def _rates(arrival_rate: float, service_rate: float) -> float:
     if not (math.isfinite(arrival_rate) and arrival_rate >= 0):
         raise ConfigError(f"the arrival rate must be a finite number >= 0, got {arrival_rate!r}")
     if not (math.isfinite(service_rate) and service_rate > 0):
-        raise ConfigError(f"the per-executor service rate must be positive, got {service_rate!r}",
-                          hint="measure it in a stable period (Eq. 2)")
+        raise ConfigError(
+            f"the per-executor service rate must be positive, got {service_rate!r}",
+            hint="measure it in a stable period (Eq. 2)",
+        )
     return arrival_rate / service_rate
 
 
@@ -122,8 +124,10 @@ def min_servers(
             hint="raise the target or speed up the executors",
         )
     if max_wait_s is not None and not max_wait_s > 0:
-        raise ConfigError(f"the waiting-time target must be positive, got {max_wait_s}",
-                          hint="no finite k makes the mean wait exactly 0")
+        raise ConfigError(
+            f"the waiting-time target must be positive, got {max_wait_s}",
+            hint="no finite k makes the mean wait exactly 0",
+        )
 
     def meets(n: int) -> bool:
         w = mean_waiting_time(arrival_rate, service_rate, n)
@@ -135,8 +139,10 @@ def min_servers(
         if meets(k):
             return k
         k += 1
-    raise ConfigError(f"more than {max_servers} executors would be needed to meet the target",
-                      hint="relax the latency target or raise max_servers")
+    raise ConfigError(
+        f"more than {max_servers} executors would be needed to meet the target",
+        hint="relax the latency target or raise max_servers",
+    )
 
 
 def es_stream_servers(
@@ -161,5 +167,6 @@ def es_stream_servers(
             return k
         k, q_k = k + 1, q_next
         if k > max_servers:
-            raise ConfigError(f"Algorithm 1 did not settle below {max_servers} executors",
-                              hint="raise beta or max_servers")
+            raise ConfigError(
+                f"Algorithm 1 did not settle below {max_servers} executors", hint="raise beta or max_servers"
+            )

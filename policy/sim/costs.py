@@ -50,8 +50,15 @@ class MeasuredCosts:
     warm_start_s: float = 0.003  # router.measure, an idle worker reused
 
     def __post_init__(self) -> None:
-        for name in ("vm_bids_per_core_s_q1", "vm_bids_per_core_s_q5", "worker_bids_per_core_s_q1",
-                     "worker_bids_per_core_s_q5", "dispatch_rtt_s", "cold_start_s", "warm_start_s"):
+        for name in (
+            "vm_bids_per_core_s_q1",
+            "vm_bids_per_core_s_q5",
+            "worker_bids_per_core_s_q1",
+            "worker_bids_per_core_s_q5",
+            "dispatch_rtt_s",
+            "cold_start_s",
+            "warm_start_s",
+        ):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 raise ConfigError(f"measured cost {name} must be positive, got {value!r}")

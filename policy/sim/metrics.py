@@ -110,7 +110,7 @@ def recovery_s(values: Sequence[float | None], windows: Windows, lead_s: float) 
 
 def per_second_mean(values: Sequence[float], per_s: int, seconds: int, digits: int = 4) -> list[float]:
     """The mean of each second's steps (CPU, share, cores, workers as the report's series)."""
-    return [round(float(np.mean(values[s * per_s:(s + 1) * per_s])), digits) for s in range(seconds)]
+    return [round(float(np.mean(values[s * per_s : (s + 1) * per_s])), digits) for s in range(seconds)]
 
 
 def reaction_s(result: RunResult, onset_s: float) -> float | None:

@@ -115,8 +115,11 @@ class SfBaseStrategy:
         pause = self.baseline.task_migration_s + state * self.baseline.state_s_per_gb
         end = cluster.pause(pause)
         self._migrating = True
-        cluster.at(cluster.t, "migration", f"{moved:.0%} of the tasks and {state:.2f} GB of state, "
-                   f"{pause:.1f} s pause")
+        cluster.at(
+            cluster.t,
+            "migration",
+            f"{moved:.0%} of the tasks and {state:.2f} GB of state, {pause:.1f} s pause",
+        )
 
         def done() -> None:
             self._current = target
@@ -130,8 +133,15 @@ class SfBaseStrategy:
 class VmScalingStrategy:
     """vmbase (launch VMs when overloaded) and vminit (VMs pre-started, migrate when overloaded)."""
 
-    def __init__(self, name: str, config: PolicyConfig, baseline: BaselineCosts, *,
-                 prestarted_vms: int = 0, max_new_vms: int = 50) -> None:
+    def __init__(
+        self,
+        name: str,
+        config: PolicyConfig,
+        baseline: BaselineCosts,
+        *,
+        prestarted_vms: int = 0,
+        max_new_vms: int = 50,
+    ) -> None:
         self.name = name
         self.config = config
         self.baseline = baseline
@@ -174,9 +184,13 @@ class VmScalingStrategy:
             group.usable_from = end
             if group.jit_from is not None:
                 group.jit_from = end
-            cluster.at(end, "migrated", f"{moved:.0%} of the tasks and {state:.2f} GB of state after a "
-                       f"{pause:.1f} s pause; {group.vms} VMs usable"
-                       + (" (cold JIT)" if group.jit_from is not None else ""))
+            cluster.at(
+                end,
+                "migrated",
+                f"{moved:.0%} of the tasks and {state:.2f} GB of state after a "
+                f"{pause:.1f} s pause; {group.vms} VMs usable"
+                + (" (cold JIT)" if group.jit_from is not None else ""),
+            )
 
         cluster.at(ready, "vm-ready", f"{group.vms} VMs up, migrating tasks", boot)
 

@@ -102,6 +102,7 @@ def test_buy_vms_follows_ski_rental_with_hysteresis() -> None:
     The start threshold solves 30 lam + (25 + R) vm = 0.8 lam R: R = 0.20776 / 0.0032068 = 64.8 s;
     the keep threshold solves ... = 1.2 lam R: R = 0.20776 / 0.0055102 = 37.7 s.
     """
+
     def decide(t: float, buying: bool) -> bool:
         return cheaper_to_buy_vms(t, 200, rho=0.4, prices=PRICES, config=CONFIG, buying=buying).buy
 

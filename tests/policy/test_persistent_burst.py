@@ -215,8 +215,10 @@ def test_bad_configuration_is_refused_with_a_hint() -> None:
 def persistent() -> tuple[QueryRuns, QueryRuns]:
     """Q1 at paper scale, a 600 s 5x burst from t = 60 s, a Lambda core = a VM core (rho 1, as on AWS)."""
     config = SimConfig(pattern="sudden:5x:600s", duration_s=900.0, rho=1.0)
-    return (simulate_query("q1", ["sponge"], config),
-            simulate_query("q1", ["sponge"], replace(config, vm_handover=False)))
+    return (
+        simulate_query("q1", ["sponge"], config),
+        simulate_query("q1", ["sponge"], replace(config, vm_handover=False)),
+    )
 
 
 def test_the_simulator_hands_a_persistent_burst_to_vms(persistent: tuple[QueryRuns, QueryRuns]) -> None:
