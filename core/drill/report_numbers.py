@@ -95,6 +95,12 @@ def pre_burst_spread(report: Mapping[str, Any]) -> float | None:
     return max(values) / min(values) if len(values) >= 2 else None
 
 
+def cost_vs_over(report: Mapping[str, Any], run: Mapping[str, Any]) -> float | None:
+    """A run's cost as a ratio to the over-provisioned policy's (the cost of never being short)."""
+    over = next((r for r in runs_of(report) if r.get("policy") == "over"), None)
+    return None if over is None else ratio_of(finite(run.get("cost_usd")), finite(over.get("cost_usd")))
+
+
 def deployment_text(run: Mapping[str, Any]) -> str:
     """Where a run's VM side ran, in a few words: "standalone, 1 VM core (+ a VM at the burst)"."""
     d = run.get("deployment")
@@ -259,6 +265,9 @@ def verdict(report: Mapping[str, Any]) -> str:
     worker_s, cost = finite(run.get("lambda_worker_seconds")), finite(run.get("cost_usd"))
     if worker_s:
         clauses.append(f"it used {worker_s:,.1f} Lambda worker-seconds ({fmt_usd(cost)})")
+    vs_over = cost_vs_over(report, run)
+    if vs_over is not None and run.get("policy") != "over":
+        clauses.append(f"it cost {fmt_ratio(vs_over)} what over cost")
 
     clauses.extend(_fairness_clauses(report, labels))
 

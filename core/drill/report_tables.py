@@ -18,6 +18,7 @@ from rich.text import Text
 from core.drill.report_numbers import (
     DEFAULT_LABEL,
     burst_windows,
+    cost_vs_over,
     deployment_text,
     finite,
     fmt_ms,
@@ -158,6 +159,7 @@ _CAPACITY_HEADER = (
     "admitted in burst (events/s)",
     "VM CPU in burst",
     "share before onset",
+    "cost vs over",
 )
 
 
@@ -179,6 +181,7 @@ def _capacity_rows(report: Mapping[str, Any]) -> list[list[str]]:
                 _fmt_number(finite(burst.get("admitted_events_per_s")), 0),
                 ("n/a" if cpu is None else f"{cpu:.0%}") + flag,
                 f"{finite(early.get('max_share')) or 0:.0%}",
+                fmt_ratio(cost_vs_over(report, run)),
             ]
         )
     return rows
@@ -226,7 +229,7 @@ def write_markdown(
     capacity = _capacity_rows(report)
     if capacity:
         lines += ["Deployment and capacity per policy:", ""]
-        lines += _md_table(_CAPACITY_HEADER, capacity, ("left", "left", "right", "right", "right", "right"))
+        lines += _md_table(_CAPACITY_HEADER, capacity, ("left", "left", *["right"] * 5))
         lines.append("")
     for plot in plots:
         path = Path(plot)

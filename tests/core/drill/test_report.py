@@ -81,7 +81,7 @@ def _four_policies() -> dict[str, Any]:
         _run("sponge", 850.0, offloads=True),
         _run("noscaling", 4000.0),
         _run("vmbase", 1930.0),
-        _run("over", 700.0),
+        _run("over", 700.0, cost_usd=0.0024),
     )
 
 
@@ -127,6 +127,7 @@ def test_a_four_policy_drill_writes_every_file_with_the_right_ratios(tmp_path: P
     assert "0.21x noscaling's (target ≤ 0.3x: met)" in md
     assert "0.44x vmbase's (target ≤ 0.5x: met)" in md
     assert "1.21x over's (target ≤ 1.2x: missed)" in md
+    assert "it cost 0.50x what over cost" in md
     assert "it first offloaded 1.2 s after the onset (target ≤ 2 s: met)" in md
     assert "all outputs matched the batch reference" in md
     # The table's ratio column is each policy's peak over sponge's.
@@ -253,8 +254,11 @@ def test_unequal_starts_idle_cores_and_early_offloading_are_called_out(tmp_path:
     assert "sponge offloaded before the onset (share up to 90%, 12.0 worker-seconds)" in text
     assert "over did not reach a steady state before the onset (pass a longer --lead)" in text
     md = tables.write_markdown(report, tmp_path, plots=[]).read_text()
-    assert "| sponge | standalone, 1 VM core + up to 4 Lambda workers | 14.0 | 120,000 | 80% | 90% |" in md
-    assert "| over | standalone, 2 VM cores | never | 90,000 | 55% (behind with idle cores) | 0% |" in md
+    row = "| sponge | standalone, 1 VM core + up to 4 Lambda workers | 14.0 | 120,000 | 80% | 90% | n/a |"
+    assert row in md  # over's cost is 0 in this report: no ratio
+    assert (
+        "| over | standalone, 2 VM cores | never | 90,000 | 55% (behind with idle cores) | 0% | n/a |" in md
+    )
     fair = _report(_run("sponge", 850.0), _run("over", 700.0, pre_burst_p99_ms=100.0))
     assert "fair)" in numbers.verdict(fair) and "UNFAIR" not in numbers.verdict(fair)
 
