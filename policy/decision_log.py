@@ -32,7 +32,13 @@ from policy.persistent_burst import PersistentBurstRule, VmRequest
 T = TypeVar("T")
 
 # What the policy did before each of these knobs existed: a header without one replays with this value.
-LEGACY: dict[str, Any] = {"period_s": 1.0, "trigger_periods": 1, "release_periods": 1, "worker_sizing": "eq3"}
+LEGACY: dict[str, Any] = {
+    "period_s": 1.0,
+    "trigger_periods": 1,
+    "release_periods": 1,
+    "scale_down_hold_s": 5.0,
+    "worker_sizing": "eq3",
+}
 
 
 def config_of(header: dict[str, Any]) -> PolicyConfig:
