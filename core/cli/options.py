@@ -162,8 +162,8 @@ KeepWarmOpt = Annotated[
         metavar="SECONDS",
         help="While no worker is busy, warm --workers Lambda environments every SECONDS of idleness, so "
         "that a burst after a quiet spell finds them warm instead of paying cold starts (0: never). "
-        "Default 240: below how long LocalStack (600 s) and AWS (about 5 minutes at the soonest) keep an "
-        "idle environment (docs/adr/0039).",
+        "Default 240: under the 600 s LocalStack keeps an idle environment and the 5-minute ping "
+        "interval usual on AWS, which publishes no figure (docs/adr/0039).",
     ),
 ]
 ChunkTimeoutOpt = Annotated[

@@ -28,9 +28,9 @@ from router import stats
 logger = logging.getLogger(__name__)
 
 DEFAULT_KEEP_WARM_S = 240.0
-"""Below the shortest idle lifetime of an environment we know of: LocalStack keeps one 600 s (measured,
-bench.cold_start), AWS publishes none and is reported to reclaim after about 5 minutes at the soonest
-(ADR 0039). A ping costs one short invocation per pooled environment."""
+"""Under the shortest idle lifetime we know of: LocalStack keeps an idle environment 600 s (measured,
+bench.cold_start), the embedded fleet as long; AWS publishes no figure, and 5 minutes is the ping
+interval usual there (ADR 0039). A ping costs one short invocation per pooled environment."""
 MAX_POLL_S = 1.0  # how often the loop looks whether the fleet is idle (finer for short intervals)
 
 
