@@ -385,7 +385,7 @@ class LivePolicy(RunHooks):
         offload_cost: float = 0.0,
         append: bool = False,
         labels: Mapping[str, str] | None = None,
-        interval_s: float = 1.0,
+        interval_s: float | None = None,
         emf: bool = False,
     ) -> None:
         from policy.offload_policy import PolicyConfig
@@ -396,7 +396,6 @@ class LivePolicy(RunHooks):
         self.output = output
         self.backlog = backlog
         self.append = append
-        self.interval_s = interval_s
         self.config = PolicyConfig(
             per_core_rate=per_core_rate,
             rho=rho,
@@ -404,6 +403,8 @@ class LivePolicy(RunHooks):
             max_workers=max_workers,
             offload_cost=offload_cost,
         )
+        # The policy's own monitoring period unless told otherwise: it confirms a burst over periods.
+        self.interval_s = interval_s if interval_s is not None else self.config.period_s
         self.labels = {"run": output.name, **(labels or {})}
         self.emf = emf  # the figures also as CloudWatch EMF (workers deployed on AWS)
         self.status: StatusFiles | None = None  # made once the run has claimed its output (started)

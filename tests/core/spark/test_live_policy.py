@@ -200,7 +200,11 @@ def decision(t: float, share: float, trigger: str) -> Decision:
 
 def test_live_policy_tallies_its_seconds_writes_the_status_and_summarises(tmp_path: Path) -> None:
     backlog = FileBacklog(tmp_path / "in", ["view"])
-    live = LivePolicy("sponge", tmp_path / "out", backlog, per_core_rate=1000, rho=5, max_workers=2)
+    live = LivePolicy(
+        "sponge", tmp_path / "out", backlog, per_core_rate=1000, rho=5, max_workers=2, interval_s=1.0
+    )
+    default = LivePolicy("sponge", tmp_path / "o", backlog, per_core_rate=1, rho=1, max_workers=1)
+    assert default.interval_s == default.config.period_s  # the policy's own monitoring period
     live.session = FakeSession()
     live.status = StatusFiles(live.output, live.labels)
     steps = [(0.0, 0.0, "hold"), (1.0, 0.6, "queue-delay"), (2.0, 0.6, "hold"), (3.0, 0.0, "release")]
