@@ -82,6 +82,19 @@ def fit(epochs: Sequence[Epoch], skip: int = SKIP_EPOCHS) -> EpochCost:
     return EpochCost(fixed_s=max(float(fixed), 0.0), per_event_s=float(per_event), epochs=len(rows))
 
 
+def fixed_from_small_epochs(epochs: Sequence[Epoch]) -> float | None:
+    """The fixed epoch cost F from epochs too small for their records to count (a run's warm-up): the
+    median duration of their later half, the first ones paying for planning and code generation.
+
+    Why: without a probe (`--rate` given) the monitor would read the VM's load as its CPU, which a
+    micro-batch engine keeps busy at any rate, so the policy fired on a steady run (seen: CPU 0.84 at
+    the stable rate, offloading before the burst). With F the load is the epoch utilisation again.
+    """
+    ordered = sorted(epochs, key=lambda e: e.started_t)
+    later = [e.commit_t - e.started_t for e in ordered[len(ordered) // 2 :]]
+    return float(np.median(later)) if later else None
+
+
 def offload_cost(plain: EpochCost, routed: EpochCost, share: float) -> float:
     """What an offloaded event still costs the VM, in kept events, from a probe offloading `share`.
 

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from core.drill.calibrate import fixed_from_small_epochs
 from core.drill.steady import ArmedPolicy, SteadyWatch
 from core.errors import ConfigError, SpongeError
 from core.latency import Epoch
@@ -36,13 +37,17 @@ WARMUP_EVENTS = 30_000
 WARMUP_EPOCHS = 8  # standalone and offloading runs: see _run
 WARMUP_SHARE = 0.5  # an offloading run warms its routed plan with both routes carrying records
 EXECUTOR_START_S = 8.0  # a new worker's registration plus its executor's start here (ADR 0007)
-# One task slot per CPU, and a stateful stage has as many tasks as shuffle partitions (2: one per core
-# the run can ever hold, ADR 0013): one runs on the base VM, the other waits for its slot. Spark's delay
-# scheduling would keep it waiting up to 3 s for that executor (it last held the partition's state, and
-# the wait restarts with every task launched there), so a new VM got no stateful task while the base one
-# kept up with short tasks (measured: 0 tasks in 10 s). With no wait the task takes the new VM's free
-# slot and its state store reloads there from the checkpoint: VMBase's "migrate tasks and state to the
-# new VM".
+# Two task slots per CPU, as local[2N] gives N cores: a routed plan's offload tasks mostly wait on
+# chunks in flight, and with one slot per CPU they held the VM's only slot while its local tasks queued
+# behind them (measured: a routed Q5 epoch of 1.4 M events took 87 s, the VM's CPU idle, against ~2 s
+# with two slots).
+SLOTS_PER_CPU = 2
+# A stateful stage has as many tasks as shuffle partitions (one per core the run can ever hold). Spark's
+# delay scheduling would keep a task waiting up to 3 s for the executor that last held its partition's
+# state (and the wait restarts with every task launched there), so a new VM got no stateful task while
+# the base one kept up with short tasks (measured: 0 tasks in 10 s). With no wait a task takes any free
+# slot, the new VM's too, and its state store reloads there from the checkpoint: VMBase's "migrate
+# tasks and state to the new VM".
 STANDALONE_CONF = (("spark.locality.wait", "0"),)
 ERROR_FILE = "error.json"  # a failed run's error for the drill: {"kind", "message", "hint"}
 
@@ -124,6 +129,7 @@ class DrillHooks(RunHooks):
         self.origin = 0.0
         self.published: list[dict[str, Any]] = []
         self.steady = SteadyWatch(schedule)
+        self.epoch_fixed_s = run.epoch_fixed_s  # calibrated; else measured by the warm-up (_run)
         self.armed: ArmedPolicy | None = None
         self._vm_scale = 1.0
 
@@ -154,7 +160,7 @@ class DrillHooks(RunHooks):
                 (self.epochs[-1].commit_t - self.epochs[-1].started_t) if self.epochs else None
             ),
             origin=origin,
-            epoch_fixed_s=self.run.epoch_fixed_s,
+            epoch_fixed_s=self.epoch_fixed_s,
             pool=self.pool,
         )
         policy = log = None
@@ -304,8 +310,10 @@ def _start_vms(spec: PolicyRun) -> Any:
 
     out = Path(spec.output)
     memory_mb = spec.memory.executor_mb or 1024  # each VM offers exactly its executor's heap
-    base = WorkerSpec(cores=len(spec.vm_cpus), memory_mb=memory_mb, cpus=tuple(spec.vm_cpus))
-    new_vm = WorkerSpec(cores=len(spec.worker_cpus), memory_mb=memory_mb, cpus=tuple(spec.worker_cpus))
+    base = WorkerSpec(cores=SLOTS_PER_CPU * len(spec.vm_cpus), memory_mb=memory_mb, cpus=tuple(spec.vm_cpus))
+    new_vm = WorkerSpec(
+        cores=SLOTS_PER_CPU * len(spec.worker_cpus), memory_mb=memory_mb, cpus=tuple(spec.worker_cpus)
+    )
     started = time.monotonic()
     pool = VmPool.start(out.parent / f"{out.name}-cluster", base, new_vm)
     try:
@@ -392,6 +400,7 @@ def _run(spec: PolicyRun, pool: Any) -> dict[str, Any]:
     # epochs too: warmed by the plain plan only, its first routed epoch took 13.7 s and the next ten
     # 1.9-2.9 s before settling at 1.3 s; warmed on the routed plan, 2.7 s and then 1.3-1.6 s (Q5).
     epochs = WARMUP_EPOCHS if pool is not None or offload is not None else 1
+    warmup: list[Epoch] = []
     run_query(
         replace(
             config,
@@ -400,8 +409,11 @@ def _run(spec: PolicyRun, pool: Any) -> dict[str, Any]:
             offload=replace(offload, share=WARMUP_SHARE, prewarm=0) if offload is not None else None,
             output=out.parent / f"{out.name}-warmup",
             max_events_per_batch=WARMUP_EVENTS // epochs if epochs > 1 else config.max_events_per_batch,
-        )
+        ),
+        progress=lambda p: _keep_epoch(p, warmup),
     )
+    if hooks.epoch_fixed_s is None:
+        hooks.epoch_fixed_s = fixed_from_small_epochs(warmup)
     summary = run_query(config, progress=hooks.on_progress, hooks=hooks)
     return {
         "summary": summary,
@@ -414,6 +426,14 @@ def _run(spec: PolicyRun, pool: Any) -> dict[str, Any]:
         "armed_s": hooks.armed.armed_s if hooks.armed is not None else None,
         **hooks.vm_result(),
     }
+
+
+def _keep_epoch(progress: dict, into: list[Epoch]) -> None:
+    from core.spark.live_policy import generated_epoch
+
+    epoch = generated_epoch(progress)
+    if epoch is not None:
+        into.append(epoch)
 
 
 def main(argv: list[str]) -> int:

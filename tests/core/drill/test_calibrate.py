@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from core.drill.calibrate import Calibration, EpochCost, fit, higher_ramp, offload_cost
+from core.drill.calibrate import (
+    Calibration,
+    EpochCost,
+    fit,
+    fixed_from_small_epochs,
+    higher_ramp,
+    offload_cost,
+)
 from core.errors import SpongeError
 from core.latency import Epoch
 from core.offload_plan import DEFAULT_OFFLOAD_COST
@@ -71,3 +78,13 @@ def test_epochs_that_do_not_grow_with_their_size_are_the_fixed_cost_alone() -> N
     assert cost.fixed_s == pytest.approx(1.55)  # the median epoch after the first two
     assert cost.capacity(batch_cap=200_000) == pytest.approx(200_000 / 1.55)
     assert offload_cost(cost, EpochCost(1.2, 1e-6, 5), share=0.8) == DEFAULT_OFFLOAD_COST
+
+
+def test_a_warm_up_s_small_epochs_give_the_fixed_cost_without_its_first_slow_ones() -> None:
+    durations = [9.0, 4.0, 2.0, 1.5, 0.8, 0.9, 0.7, 0.8]
+    epochs, t = [], 100.0
+    for i, d in enumerate(durations):
+        epochs.append(Epoch(started_t=t, commit_t=t + d, start=i * 100, covered=(i + 1) * 100))
+        t += d
+    assert fixed_from_small_epochs(list(reversed(epochs))) == pytest.approx(0.8)
+    assert fixed_from_small_epochs([]) is None
