@@ -117,6 +117,8 @@ def test_q5_and_q7_chains_through_the_fleet_equal_the_direct_aggregates(make_age
     assert all(r.worker_id and not r.ran_locally for r in r5 + r7)
     assert s[stats.CHUNKS_DONE] == 2 * len(chunks) and s[stats.CHUNKS_RUN_LOCALLY] == 0
     assert 1 <= s[stats.COLD_STARTS] <= s[stats.WORKERS_STARTED] <= 2
+    # Every worker that said hello was either cold or warm, and counted once.
+    assert s[stats.COLD_STARTS] + s[stats.WARM_STARTS] == s[stats.WORKERS_CONNECTED]
 
 
 def test_a_worker_killed_mid_chunk_loses_nothing(make_agent, secret, tmp_path) -> None:  # type: ignore[no-untyped-def]
