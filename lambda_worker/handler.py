@@ -104,6 +104,9 @@ def _warmup(event: Mapping[str, Any], context: Any, cold: bool, started: float) 
         programs.get(ProgramSpec.from_json(event["program"]))
     init_seconds = time.monotonic() - started
     hold_s = min(max(float(event.get("hold_s") or 0.0), 0.0), MAX_WARMUP_HOLD_S)
+    remaining = getattr(context, "get_remaining_time_in_millis", None)
+    if remaining is not None:  # never into the function's timeout (WorkerTimeout may be 3 s)
+        hold_s = min(hold_s, max(0.0, remaining() / 1000 - 1.0))
     if hold_s:
         # Why hold: a round of concurrent warm-ups must overlap, or Lambda hands a finished warm-up's
         # environment to the next one and the round warms fewer environments than it asked for.

@@ -81,6 +81,9 @@ def test_a_warmup_holds_its_environment_as_asked_and_briefly() -> None:
         assert h.handler({"warmup": True, "hold_s": asked}, FakeContext(10))["warm"]
         assert least <= time.monotonic() - t0 < most, asked
     assert h.MAX_WARMUP_HOLD_S <= 5.0
+    t0 = time.monotonic()
+    h.handler({"warmup": True, "hold_s": 3.0}, FakeContext(1.2))  # 1.2 s left: hold at most 0.2 s
+    assert time.monotonic() - t0 < 0.6
 
 
 def test_a_bad_descriptor_fails_the_invocation_with_its_reason() -> None:
