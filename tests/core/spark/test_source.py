@@ -136,7 +136,9 @@ def test_unpaced_offsets_advance_by_max_events_per_batch() -> None:
 def test_the_cap_follows_the_capacity_the_driver_publishes(tmp_path: Path) -> None:
     """A VM that joins mid-run doubles the cap from the next planning on; no file means the start's."""
     scale = tmp_path / "capacity"
-    reader = NexmarkStreamReader(_options(events="5000", max_events_per_batch="400", capacity_file=str(scale)))
+    reader = NexmarkStreamReader(
+        _options(events="5000", max_events_per_batch="400", capacity_file=str(scale))
+    )
     first = reader.latestOffset(reader.initialOffset(), ReadAllAvailable())
     write_vm_scale(scale, 2.0)
     second = reader.latestOffset(first, ReadAllAvailable())
