@@ -35,6 +35,7 @@ from core.drill.report_numbers import (
     DEFAULT_LABEL,
     PEAK_P99_TARGETS,
     REFERENCE_POLICY,
+    cost_vs_over,
     finite,
     fmt_ms,
     fmt_ratio,
@@ -43,7 +44,6 @@ from core.drill.report_numbers import (
     peak_p99,
     peak_ratios,
     policy_labels,
-    ratio_of,
     runs_of,
 )
 from core.drill.report_tables import _md_table
@@ -380,7 +380,7 @@ def cell_row(
             },
             "reaction_s": None if sponge is None else finite(sponge.get("reaction_s")),
             "cost_usd": costs,
-            "cost_vs_over": ratio_of(costs.get(REFERENCE_POLICY), costs.get("over")),
+            "cost_vs_over": None if sponge is None else cost_vs_over(report, sponge),
             "exact": exactness(report),
         }
     )
