@@ -46,7 +46,7 @@ from core.drill.report_numbers import (
     policy_labels,
     runs_of,
 )
-from core.drill.report_tables import _md_table
+from core.drill.report_tables import md_table
 from core.errors import ConfigError, MissingDependencyError, SpongeError
 from core.nexmark.patterns import KINDS, BurstPattern
 from core.nexmark.queries import QUERIES
@@ -469,7 +469,7 @@ def write_markdown(matrix: Mapping[str, Any], out: Path, heatmap: Path | None) -
         "sponge ÷ X: sponge's peak p99 over X's, ✓ where it meets the drill's target, ✗ where it misses. "
         "exact: every policy's output matched the batch reference.",
         "",
-        *_md_table(*table_rows(matrix)),
+        *md_table(*table_rows(matrix)),
         "",
     ]
     failed = [r for r in matrix["cells"] if r["state"] == "failed"]

@@ -144,7 +144,7 @@ def _md_escape(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]], align: Sequence[str]) -> list[str]:
+def md_table(header: Sequence[str], rows: Sequence[Sequence[str]], align: Sequence[str]) -> list[str]:
     lines = ["| " + " | ".join(_md_escape(h) for h in header) + " |"]
     rules = {"left": "---", "right": "---:", "center": ":---:"}
     lines.append("|" + "|".join(rules[a] for a in align) + "|")
@@ -214,12 +214,12 @@ def write_markdown(
     header = _table_header(report)
     rows = [[text for text, _ in row] for row in _table_rows(report)]
     if rows:
-        lines += [*_md_table(header, rows, _ALIGN), ""]
+        lines += [*md_table(header, rows, _ALIGN), ""]
     labels = policy_labels(report)
     if len(labels) >= 3:
         ratios = peak_ratios(report)
         lines += ["Peak p99 ratios (row ÷ column):", ""]
-        lines += _md_table(
+        lines += md_table(
             ["", *labels],
             [[a, *("—" if a == b else fmt_ratio(ratios[a][b]) for b in labels)] for a in labels],
             ["left"] + ["right"] * len(labels),
@@ -229,7 +229,7 @@ def write_markdown(
     capacity = _capacity_rows(report)
     if capacity:
         lines += ["Deployment and capacity per policy:", ""]
-        lines += _md_table(_CAPACITY_HEADER, capacity, ("left", "left", *["right"] * 5))
+        lines += md_table(_CAPACITY_HEADER, capacity, ("left", "left", *["right"] * 5))
         lines.append("")
     for plot in plots:
         path = Path(plot)
