@@ -15,7 +15,8 @@ it first.
 
 Layout under the offload directory (beside the query's checkpoint, so it lives as long as it):
 `plan.json` (the current plan), `routing.jsonl` (lines {"from": offset, "plan": {...}}),
-`routing.hwm` (the high-water mark) and `routing.lock`.
+`routing.hwm` (the high-water mark), `epoch.end` (the end the streams agreed on for the epoch being
+planned) and `routing.lock`.
 
 Crashes. A writer (under the lock) appends a line, flushes it to disk, and only then moves the
 high-water mark (an atomic replace). The mark is therefore the commit point: an offset below it has
@@ -32,6 +33,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -127,6 +129,7 @@ class RoutingLog:
         self._log = directory / "routing.jsonl"
         self._hwm = directory / "routing.hwm"
         self._lock = directory / "routing.lock"
+        self._epoch = directory / "epoch.end"
 
     def exists(self) -> bool:
         return self._log.exists()
@@ -187,6 +190,32 @@ class RoutingLog:
                     segments.append(segment)
                 atomic_write.write_text(self._hwm, str(end))
         return covering(segments, start, end)
+
+    def agreed_end(self, start: int, end: int, last: str | None) -> tuple[int, str]:
+        """The end of the micro-batch that starts at `start`, and the decision it came from (the caller
+        passes that back as `last` next time): the first routed stream asked decides (`end`), every
+        other stream of the query takes the same.
+
+        Why: the workers' stream then covers exactly the offsets the VM's stream covers in every epoch,
+        so its rows are never late against the VM's watermark and it needs no watermark of its own
+        (docs/adr/0042). Spark asks every stream once per planning round, in the same order, so a
+        stream asked again about the decision it took last is in a new round (the last one planned
+        nothing) and decides afresh. A stream that starts behind the decided end (streams resumed
+        from a checkpoint that did not align them) takes it too, which aligns them from then on. Not
+        made durable: after a crash Spark asks every stream again, and a torn or missing file only
+        means the first stream asked decides afresh.
+        """
+        with self._locked():
+            try:
+                recorded = self._epoch.read_text()
+                recorded_start, recorded_end = (int(v) for v in recorded.split()[:2])
+                if recorded != last and (recorded_start == start or recorded_end > start):
+                    return recorded_end, recorded
+            except (FileNotFoundError, ValueError):
+                pass
+            decision = f"{start} {end} {uuid.uuid4().hex}"
+            self._epoch.write_text(decision)
+        return end, decision
 
     def _committed(self, contents: _Contents, hwm: int) -> tuple[list[Segment], int]:
         segments, cut = contents.committed(hwm)

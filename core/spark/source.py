@@ -206,6 +206,7 @@ class NexmarkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.pace_origin = options.pace_origin if options.pace_origin is not None else time.time()
         self._latest = 0  # highest offset handed out so far, so pacing never moves backwards
         self._target: int | None = None  # Trigger.AvailableNow's fixed end, if any
+        self._agreed: str | None = None  # the routed streams' last decision this stream took
 
     def _offset(self, event: int) -> dict:
         """An offset; a stream whose rows the agent writes to the sink says so, for the readers that
@@ -243,6 +244,11 @@ class NexmarkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if isinstance(limit, ReadMaxRows):
             end = min(end, first + limit.max_rows)  # rows <= events, so this respects the row cap
         end = max(end, first)
+        if self.options.route is not None:
+            from router.routing_log import RoutingLog
+
+            log = RoutingLog(self.options.route.offload_dir)
+            end, self._agreed = log.agreed_end(first, end, self._agreed)
         self._latest = max(self._latest, end)
         return self._offset(end)
 
@@ -276,6 +282,8 @@ class NexmarkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         lo, hi = int(start["event"]), int(end["event"])
         log = RoutingLog(opts.route.offload_dir)
         segments = log.plan_range(lo, hi, read_current_plan(opts.route.offload_dir))
+        if opts.route.route == OFFLOAD_ROUTE and not any(seg.plan.offloads for seg in segments):
+            return []  # an inactive router's workers' stream costs the epoch no task (docs/adr/0042)
         step = routed_step(opts.offsets_per_task, opts.route.route, segments, lo, hi)
         ranges = event_ranges(lo, hi, step, opts.events, punctuate=True)
         return [replace(r, segments=covering(segments, r.start, r.end)) for r in ranges]

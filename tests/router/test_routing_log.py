@@ -54,6 +54,41 @@ def test_every_stream_of_a_query_routes_an_offset_by_the_same_plan(tmp_path: Pat
     assert bids.plan_range(100, 150, LOCAL) == (Segment(100, ALL),)
 
 
+class _Stream:
+    """One routed stream's side of the agreement: it passes back the decision it took last."""
+
+    def __init__(self, directory: Path) -> None:
+        self.log, self.last = RoutingLog(directory), None
+
+    def end(self, start: int, due: int) -> int:
+        end, self.last = self.log.agreed_end(start, due, self.last)
+        return end
+
+
+def test_the_first_stream_asked_decides_an_epochs_end_and_every_other_takes_it(tmp_path: Path) -> None:
+    """Spark asks the VM's stream and the workers' one after the other, while more offsets fall due:
+    both end the epoch where the first said, whichever is first."""
+    vm, workers = _Stream(tmp_path), _Stream(tmp_path)
+    assert (vm.end(0, 400), workers.end(0, 450)) == (400, 400)
+    assert (workers.end(400, 820), vm.end(400, 800)) == (820, 820)
+    # A round that plans nothing (no batch runs), then the next round asks about the same start again.
+    assert (vm.end(820, 820), workers.end(820, 830)) == (820, 820)
+    assert (vm.end(820, 850), workers.end(820, 860)) == (850, 850)
+    assert (vm.end(850, 850), workers.end(850, 850)) == (850, 850)  # twice empty, then a batch
+    assert (vm.end(850, 850), workers.end(850, 850)) == (850, 850)
+    assert (vm.end(850, 900), workers.end(850, 910)) == (900, 900)
+    (tmp_path / "epoch.end").write_text("90")  # torn by a crash: the next stream asked decides afresh
+    assert (vm.end(900, 990), workers.end(900, 999)) == (990, 990)
+
+
+def test_streams_resumed_apart_are_aligned_by_the_next_decision(tmp_path: Path) -> None:
+    vm, workers = _Stream(tmp_path), _Stream(tmp_path)
+    assert (vm.end(1000, 1500), workers.end(1010, 1520)) == (1500, 1500)
+    fresh_vm, fresh_workers = _Stream(tmp_path), _Stream(tmp_path)  # a restart: new readers, same record
+    assert (fresh_workers.end(1500, 1500), fresh_vm.end(1500, 1600)) == (1500, 1500)
+    assert (fresh_workers.end(1500, 1700), fresh_vm.end(1500, 1600)) == (1700, 1700)
+
+
 def test_the_current_plan_file_round_trips(tmp_path: Path) -> None:
     write_current_plan(tmp_path, HALF)
     assert read_current_plan(tmp_path) == HALF

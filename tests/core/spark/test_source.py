@@ -32,7 +32,7 @@ from core.spark.source import (
     read_range,
     routed_step,
 )
-from router.routing_log import Segment
+from router.routing_log import Segment, write_current_plan
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -46,6 +46,11 @@ def _end_of_stream() -> Any:
 
 def _options(**extra: str) -> SourceOptions:
     return SourceOptions.parse({"entity": "bid", "events": "1000", **extra})
+
+
+def _workers_options(**extra: str) -> SourceOptions:
+    """The workers' stream of a routed read (its agent is never dialled by these tests)."""
+    return _options(route="offload", program="{}", agent="127.0.0.1:1", secret_file="secret", **extra)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -147,6 +152,17 @@ def test_the_cap_follows_the_capacity_the_driver_publishes(tmp_path: Path) -> No
     assert [first["event"], second["event"], third["event"]] == [400, 1200, 1600]
 
 
+def test_the_workers_stream_plans_no_task_for_a_range_that_offloads_nothing(tmp_path: Path) -> None:
+    """An inactive router costs an epoch no Spark task on the workers' stream; the VM's reads it all."""
+    write_current_plan(tmp_path, OffloadPlan.local())
+    vm = NexmarkStreamReader(_options(route="local", offload_dir=str(tmp_path)))
+    workers = NexmarkStreamReader(_workers_options(offload_dir=str(tmp_path)))
+    assert workers.partitions({"event": 0}, {"event": 500}) == []
+    assert [(p.start, p.end) for p in vm.partitions({"event": 0}, {"event": 500})] == [(0, 500)]
+    write_current_plan(tmp_path, OffloadPlan.of_share(1, 0.5, 2))
+    assert [(p.start, p.end) for p in workers.partitions({"event": 500}, {"event": 1001})] == [(500, 1001)]
+
+
 class _Clock:
     """The wall clock as the source sees it, moved only by the test: which offsets are due then
     depends on the schedule alone, never on how long this machine took between two lines."""
@@ -184,6 +200,25 @@ def test_paced_offsets_follow_the_wall_clock(clock: _Clock) -> None:
     assert NexmarkStreamReader(_options(pace="arrival")).latestOffset({"event": 0}, ReadAllAvailable()) == {
         "event": 1
     }
+
+
+def test_the_routed_streams_of_a_query_end_every_epoch_at_the_same_offset(
+    clock: _Clock, tmp_path: Path
+) -> None:
+    """Spark asks the VM's stream and the workers' for their ends one after the other, while more
+    events fall due: both end where the first asked said, so the workers' rows of an epoch are never
+    behind the VM's watermark."""
+    write_current_plan(tmp_path, OffloadPlan.local())
+    paced = {"pace": "arrival", "schedule": "1000", "pace_origin": str(clock.now - 0.5)}
+    vm = NexmarkStreamReader(_options(route="local", offload_dir=str(tmp_path), **paced))
+    workers = NexmarkStreamReader(_workers_options(offload_dir=str(tmp_path), **paced))
+    first = vm.latestOffset(vm.initialOffset(), ReadAllAvailable())
+    clock.now += 0.2
+    assert workers.latestOffset(workers.initialOffset(), ReadAllAvailable()) == first
+    second = workers.latestOffset(first, ReadAllAvailable())
+    assert second["event"] - first["event"] >= 200  # the workers' stream decides the next epoch
+    clock.now += 0.1
+    assert vm.latestOffset(first, ReadAllAvailable()) == second
 
 
 def test_available_now_target_is_fixed_when_prepared(clock: _Clock) -> None:
