@@ -123,8 +123,9 @@ PROBE_SHARE = 0.8  # the routed probe offloads this share
 # In the cache key: bump when the probes change (2: routed warm-up; 3: C1 JIT, fused Q5; 4: the ramp
 # rises until it passes the capacity, and the offload cost is no longer capped at 0.9; 5: one shuffle
 # partition per VM core; 6: Q5's fused operator folds its own panes; 7: a source task holds ~100,000
-# of its entity's records, not 100,000 offsets; 8: every run on the standalone cluster, two partitions).
-PROBE_VERSION = 8
+# of its entity's records, not 100,000 offsets; 8: every run on the standalone cluster, two partitions;
+# 9: the workers' stream of a generated source has no watermark and no task while idle).
+PROBE_VERSION = 9
 
 
 def higher_ramp(cost: EpochCost, schedule: str, batch_cap: int) -> str | None:
