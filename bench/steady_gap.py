@@ -1,0 +1,161 @@
+"""Sponge's steady state against noscaling's, over repeated drills: is the gap real or this machine's noise?
+
+Method. Runs `sponge drill --compare noscaling,sponge` --repeats times on one trace (the real drill:
+standalone cluster, warm-up, steady start, paced trace), swapping the two policies' order every other
+time so drift on a shared machine falls on both. The stable rate is the first drill's calibration, or
+--rate. Per drill it reads two figures before the onset: each policy's pre-burst p99 (the median p99 of
+the 10 s before the onset, as the drill's verdict uses it) and the median duration of its epochs that
+admitted a full batch (those do the same work in both policies whatever the pacing, so their ratio is
+the routed plan's cost at share 0 alone). Printed: every drill's sponge/noscaling ratios, and their
+medians. Issue 30 asks for the pre-burst ratio within 1.10.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from bench.report_line import finish
+
+METHOD = (__doc__ or "").split("Method. ", 1)[1].replace("\n", " ").strip()
+POLICIES = ("noscaling", "sponge")
+SPONGE = Path(sys.executable).with_name("sponge")  # the CLI `make setup` installs beside this Python
+
+
+def full_batch_epoch_s(result: Mapping[str, Any], batch_events: int, onset_s: float) -> float | None:
+    """Median duration of a run's epochs before the onset that admitted a full batch (None if none did)."""
+    origin, epochs = result["origin"], result["epochs"]
+    full = [
+        e["commit_t"] - e["started_t"]
+        for i, e in enumerate(epochs)
+        if i > 0  # the first epoch also plans and compiles the query
+        and e["covered"] - epochs[i - 1]["covered"] == batch_events
+        and e["started_t"] - origin < onset_s
+    ]
+    return statistics.median(full) if full else None
+
+
+def drill_figures(report_dir: Path) -> dict[str, dict[str, float | None]]:
+    """Per policy of one drill: its pre-burst p99 and its full batches' median epoch."""
+    report = json.loads((report_dir / "report.json").read_text())
+    onset = report["burst"][0]["start_s"]
+    out: dict[str, dict[str, float | None]] = {}
+    for run in report["runs"]:
+        result = json.loads((report_dir / run["policy"] / "result.json").read_text())
+        batch = run["deployment"]["batch_events"]
+        out[run["policy"]] = {
+            "pre_burst_p99_ms": run["pre_burst_p99_ms"],
+            "full_batch_epoch_s": full_batch_epoch_s(result, batch, onset),
+        }
+    return out
+
+
+def ratios(figures: Mapping[str, Mapping[str, float | None]]) -> dict[str, float | None]:
+    """sponge over noscaling, per figure (None where either is missing)."""
+    out: dict[str, float | None] = {}
+    for name in ("pre_burst_p99_ms", "full_batch_epoch_s"):
+        a, b = figures["sponge"][name], figures["noscaling"][name]
+        out[name] = a / b if a is not None and b else None
+    return out
+
+
+def _drill(args: argparse.Namespace, order: Sequence[str], rate: float | None, report: Path) -> None:
+    cmd = [
+        str(SPONGE), "drill", "--query", args.query, "--compare", ",".join(order),
+        "--pattern", args.pattern, "--duration", str(args.duration), "--lead", str(args.lead),
+        "--seed", str(args.seed), "--report", str(report),
+    ]  # fmt: skip
+    if rate is not None:
+        cmd += ["--rate", str(rate)]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    started = time.monotonic()
+    rate, drills = args.rate, []
+    with tempfile.TemporaryDirectory(prefix="steady-gap-") as tmp:
+        for i in range(args.repeats):
+            order = POLICIES if i % 2 == 0 else POLICIES[::-1]
+            report = Path(tmp) / f"drill-{i}"
+            print(f"drill {i + 1}/{args.repeats}: {', '.join(order)}", file=sys.stderr, flush=True)
+            _drill(args, order, rate, report)
+            if rate is None:
+                rate = json.loads((report / "report.json").read_text())["stable_rate"]
+            figures = drill_figures(report)
+            drills.append({"order": list(order), "figures": figures, "ratios": ratios(figures)})
+    median: dict[str, float | None] = {}
+    for name in ("pre_burst_p99_ms", "full_batch_epoch_s"):
+        values = [d["ratios"][name] for d in drills if d["ratios"][name] is not None]
+        median[name] = statistics.median(values) if values else None
+    return {
+        "query": args.query,
+        "rate": rate,
+        "drills": drills,
+        "median_ratio": median,
+        "elapsed_s": time.monotonic() - started,
+    }
+
+
+def table(report: dict[str, Any]) -> Any:
+    from rich.table import Table
+
+    t = Table(title=f"{report['query']} at {report['rate']:,.0f}/s: sponge / noscaling before the onset")
+    for col in ("drill", "order", "pre-burst p99 (ms)", "ratio", "full-batch epoch (s)", "ratio"):
+        t.add_column(col, justify="right")
+
+    def num(x: float | None, fmt: str) -> str:
+        return format(x, fmt) if x is not None else "n/a"
+
+    def pair(figures: Mapping[str, Mapping[str, float | None]], name: str, fmt: str) -> str:
+        return " / ".join(num(figures[p][name], fmt) for p in POLICIES[::-1])
+
+    for i, d in enumerate(report["drills"], 1):
+        f, r = d["figures"], d["ratios"]
+        t.add_row(
+            str(i),
+            " then ".join(d["order"]),
+            pair(f, "pre_burst_p99_ms", ",.0f"),
+            num(r["pre_burst_p99_ms"], ".2f"),
+            pair(f, "full_batch_epoch_s", ".2f"),
+            num(r["full_batch_epoch_s"], ".2f"),
+        )
+    m = report["median_ratio"]
+    t.add_row("median", "", "", num(m["pre_burst_p99_ms"], ".2f"), "", num(m["full_batch_epoch_s"], ".2f"))
+    return t
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.steady_gap",
+        description="Sponge's steady state against noscaling's over repeated drills (ratios and medians).",
+    )
+    ap.add_argument("--query", default="q5", help="NEXMark query (default q5)")
+    ap.add_argument("--repeats", type=int, default=3, help="drills, order swapped each time (default 3)")
+    ap.add_argument("--rate", type=float, help="stable events/s (default: the first drill's calibration)")
+    ap.add_argument("--pattern", default="sudden:2x:10s", help="burst after the lead (default sudden:2x:10s)")
+    ap.add_argument("--lead", type=float, default=30, help="stable seconds before the onset (default 30)")
+    ap.add_argument("--duration", type=float, default=50, help="seconds of trace per policy (default 50)")
+    ap.add_argument("--seed", type=int, default=0, help="generator seed (default 0)")
+    ap.add_argument("--json", action="store_true", help="end with one line of JSON")
+    args = ap.parse_args(argv)
+    if args.repeats < 1 or (args.rate is not None and args.rate <= 0):
+        ap.error("--repeats must be at least 1 and --rate positive")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    report = run(args)
+    return finish(report, table(report), METHOD, args.json)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
