@@ -27,6 +27,7 @@ from bench.report_line import finish
 
 METHOD = (__doc__ or "").split("Method. ", 1)[1].replace("\n", " ").strip()
 POLICIES = ("noscaling", "sponge")
+FIGURES = ("pre_burst_p99_ms", "full_batch_epoch_s")
 SPONGE = Path(sys.executable).with_name("sponge")  # the CLI `make setup` installs beside this Python
 
 
@@ -35,10 +36,8 @@ def full_batch_epoch_s(result: Mapping[str, Any], batch_events: int, onset_s: fl
     origin, epochs = result["origin"], result["epochs"]
     full = [
         e["commit_t"] - e["started_t"]
-        for i, e in enumerate(epochs)
-        if i > 0  # the first epoch also plans and compiles the query
-        and e["covered"] - epochs[i - 1]["covered"] == batch_events
-        and e["started_t"] - origin < onset_s
+        for e in epochs[1:]  # the first epoch also plans and compiles the query
+        if e["covered"] - e["start"] == batch_events and e["started_t"] - origin < onset_s
     ]
     return statistics.median(full) if full else None
 
@@ -61,7 +60,7 @@ def drill_figures(report_dir: Path) -> dict[str, dict[str, float | None]]:
 def ratios(figures: Mapping[str, Mapping[str, float | None]]) -> dict[str, float | None]:
     """sponge over noscaling, per figure (None where either is missing)."""
     out: dict[str, float | None] = {}
-    for name in ("pre_burst_p99_ms", "full_batch_epoch_s"):
+    for name in FIGURES:
         a, b = figures["sponge"][name], figures["noscaling"][name]
         out[name] = a / b if a is not None and b else None
     return out
@@ -92,7 +91,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             figures = drill_figures(report)
             drills.append({"order": list(order), "figures": figures, "ratios": ratios(figures)})
     median: dict[str, float | None] = {}
-    for name in ("pre_burst_p99_ms", "full_batch_epoch_s"):
+    for name in FIGURES:
         values = [d["ratios"][name] for d in drills if d["ratios"][name] is not None]
         median[name] = statistics.median(values) if values else None
     return {

@@ -11,10 +11,10 @@ from bench.steady_gap import drill_figures, full_batch_epoch_s, ratios
 
 
 def _epochs(durations: list[float], covered: list[int]) -> list[dict[str, float]]:
-    t, out = 100.0, []
+    t, start, out = 100.0, 0, []
     for d, c in zip(durations, covered, strict=True):
-        out.append({"started_t": t, "commit_t": t + d, "covered": c})
-        t += d
+        out.append({"started_t": t, "commit_t": t + d, "start": start, "covered": c})
+        t, start = t + d, c
     return out
 
 
