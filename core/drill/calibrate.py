@@ -25,7 +25,6 @@ import numpy as np
 
 from core.errors import SpongeError
 from core.latency import Epoch
-from core.nexmark.schedule import RateSchedule
 from core.offload_plan import DEFAULT_OFFLOAD_COST
 from policy.offload_policy import offload_pays
 
@@ -114,32 +113,19 @@ def offload_cost(plain: EpochCost, routed: EpochCost, share: float) -> float:
 
 
 MAX_OFFLOAD_COST = 10.0  # beyond it the number only says "much worse"
-PROBE_SECONDS = 30
-PROBE_START = 2_000
-PROBE_TOP = 120_000  # the first ramp's top, events/s
-PROBE_SCHEDULE = f"{PROBE_SECONDS}:{PROBE_START}-{PROBE_TOP}"  # epochs of every size up to the VM's capacity
-PROBE_REACH = 0.8  # a fit whose capacity passes this share of its ramp's top was extrapolated
+# Two steps, so the fit has both ends of the line: 8 s at 20,000/s gives epochs of about F (far below
+# any VM's capacity), then 4 s at 400,000/s releases 1.6 M events faster than one VM core admits them
+# (its cap over an epoch's fixed cost), so the epochs that follow are full. A ramp found the same line
+# only when it crossed the capacity, and ran again, steeper, when it had not (ADR 0043).
+PROBE_SCHEDULE = "8:20000,4:400000"
 PROBE_SHARE = 0.8  # the routed probe offloads this share
 # In the cache key: bump when the probes change (2: routed warm-up; 3: C1 JIT, fused Q5; 4: the ramp
 # rises until it passes the capacity, and the offload cost is no longer capped at 0.9; 5: one shuffle
 # partition per VM core; 6: Q5's fused operator folds its own panes; 7: a source task holds ~100,000
 # of its entity's records, not 100,000 offsets; 8: every run on the standalone cluster, two partitions;
-# 9: the workers' stream of a generated source has no watermark and no task while idle).
-PROBE_VERSION = 9
-
-
-def higher_ramp(cost: EpochCost, schedule: str, batch_cap: int) -> str | None:
-    """A steeper ramp when `cost` was fitted on one that never reached the VM's capacity, else None.
-
-    Why: below capacity the epochs stay small and the fit's slope is mostly the fixed cost's jitter, so
-    the stable rate it implies is a guess (measured: Q1's and Q8's first ramps topped at 120,000/s and
-    implied 207,000/s and 95,000/s, and a 3x burst on those rates saturated every policy).
-    """
-    top = RateSchedule.parse(schedule).segments[-1].rate_end
-    capacity = cost.capacity(batch_cap)
-    if capacity <= PROBE_REACH * top:
-        return None
-    return f"{PROBE_SECONDS}:{PROBE_START}-{int(round(1.5 * capacity, -3))}"
+# 9: the workers' stream of a generated source has no watermark and no task while idle; 10: two steps,
+# small epochs then full ones, instead of a ramp).
+PROBE_VERSION = 10
 
 
 @dataclass(frozen=True)
@@ -150,7 +136,7 @@ class Calibration:
     offload_cost: float
     plain: EpochCost | None = None
     routed: EpochCost | None = None
-    schedule: str = PROBE_SCHEDULE  # the ramp the probes ran
+    schedule: str = PROBE_SCHEDULE  # the steps the probes ran
 
     @property
     def per_core_rate(self) -> float:

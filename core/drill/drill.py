@@ -12,9 +12,9 @@ and react to its trigger by asking for a VM instead of offloading: VMBase's boot
 (core/drill/vm_actions.py). Their added VM is billed from the request (VMInit's for the whole trace).
 
 The stable rate is chosen so the VM side runs at ~70 % load, measured as the share of each epoch
-spent on records rather than as CPU (core/drill/calibrate.py says why): a paced ramp fits the epoch
-cost T = F + c n (run again, steeper, when it never reached the VM's capacity), and the stable rate is
-0.7 / c. A second ramp offloading a fixed share gives what an offloaded event still costs the VM (the
+spent on records rather than as CPU (core/drill/calibrate.py says why): a paced probe of small epochs
+then full ones fits the epoch cost T = F + c n, and the stable rate is 70 % of the capacity that
+implies. A second probe offloading a fixed share gives what an offloaded event still costs the VM (the
 policy's offload_cost); when that is a kept event's cost or more, sponge runs the plain plan and its
 policy logs bursts as no-gain (docs/adr/0011). Both are kept in the report directory and reused for
 the same query and window.
@@ -41,7 +41,6 @@ from core.drill.calibrate import (
     Calibration,
     EpochCost,
     fit,
-    higher_ramp,
     offload_cost,
 )
 from core.drill.run_policy import ERROR_FILE, PolicyRun
@@ -195,7 +194,7 @@ def run_drill(config: DrillConfig, status: Callable[[str], None] = print) -> dic
 def calibrate(config: DrillConfig, status: Callable[[str], None]) -> Calibration:
     """The stable rate (utilisation 0.7) and the offload cost, from probes cached per query and window.
 
-    Two paced ramps (core/drill/calibrate.py): one plain, one offloading a fixed share; each is fitted
+    Two paced probes (core/drill/calibrate.py): one plain, one offloading a fixed share; each is fitted
     as T = F + c n over its epochs. The second runs only for a drill with sponge in it. `--rate`
     overrides the stable rate and, with nothing cached, skips the probes.
     """
@@ -208,17 +207,8 @@ def calibrate(config: DrillConfig, status: Callable[[str], None]) -> Calibration
     elif config.stable_rate:  # set by hand: no probes, the default offload cost
         return Calibration(rate=config.stable_rate, offload_cost=DEFAULT_OFFLOAD_COST)
     else:
-        schedule = PROBE_SCHEDULE
-        plain = _probe(config, "probe", 0.0, schedule, status)
-        steeper = higher_ramp(plain, schedule, BATCH_CAP)
-        if steeper is not None:
-            capacity = plain.capacity(BATCH_CAP)
-            status(f"the ramp stayed below the VM's capacity (~{capacity:,.0f}/s): probing again, steeper")
-            schedule = steeper
-            plain = _probe(config, "probe", 0.0, schedule, status)
-        found = Calibration(
-            rate=round(plain.stable_rate(BATCH_CAP), -2), offload_cost=0.0, plain=plain, schedule=schedule
-        )
+        plain = _probe(config, "probe", 0.0, PROBE_SCHEDULE, status)
+        found = Calibration(rate=round(plain.stable_rate(BATCH_CAP), -2), offload_cost=0.0, plain=plain)
     if found.routed is None and found.plain is not None and "sponge" in config.policies:
         routed = _probe(config, "probe-offload", PROBE_SHARE, found.schedule, status)
         found = replace(found, routed=routed, offload_cost=offload_cost(found.plain, routed, PROBE_SHARE))
@@ -242,14 +232,18 @@ def calibration_key(config: DrillConfig) -> dict[str, Any]:
 
 
 def _probe(
-    config: DrillConfig, name: str, share: float, ramp: str, status: Callable[[str], None]
+    config: DrillConfig, name: str, share: float, steps: str, status: Callable[[str], None]
 ) -> EpochCost:
     what = f"offloading {share:.0%}" if share else "on the VM alone"
-    status(f"probing the VM's epoch cost {what}: a paced ramp {ramp} events/s ...")
-    schedule = RateSchedule.parse(ramp)
+    status(f"probing the VM's epoch cost {what}: paced steps {steps} (seconds:events/s) ...")
+    schedule = RateSchedule.parse(steps)
     duration = sum(seg.duration_s for seg in schedule.segments)
     trace = Trace(name, schedule.segments[0].rate_start, duration, schedule, ())
-    spec = replace(_spec(config, "probe", trace, 1.0, routed=share > 0), share=share)
+    spec = replace(
+        _spec(config, "probe", trace, 1.0, routed=share > 0),
+        share=share,
+        output=str(config.report / name / "output"),  # each probe its own: a routed one leaves a log
+    )
     result = _run_child(spec, config.report / name, status)
     return fit([latency.Epoch(**e) for e in result["epochs"]])
 

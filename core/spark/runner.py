@@ -64,6 +64,12 @@ class RunConfig:
     kinesis: KinesisEndpoint | None = None  # read the records of this stream (core/spark/kinesis_source.py)
 
     def __post_init__(self) -> None:
+        # Executors of a cluster run in their worker's directory, not the driver's: every path that
+        # travels to them in a source's options or a service is made absolute here, once.
+        for name in ("output", "input", "capacity_file"):
+            path = getattr(self, name)
+            if path is not None and not path.is_absolute():
+                object.__setattr__(self, name, path.absolute())
         if self.max_events_per_batch <= 0:
             raise ConfigError("max events per batch must be positive", hint="pass a positive --batch-events")
         if self.max_files_per_batch <= 0:

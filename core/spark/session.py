@@ -377,6 +377,8 @@ class SparkConfig:
             ("spark.sql.session.timeZone", "UTC"),
             ("spark.driver.bindAddress", "127.0.0.1"),
             ("spark.sql.execution.arrow.pyspark.enabled", "true"),
+            # Workers forked with PySpark imported once, from compiled bytecode (core/spark/worker_daemon.py).
+            ("spark.python.daemon.module", "core.spark.worker_daemon"),
             # Readers outside Spark (pyarrow, DuckDB) see UTC microsecond timestamps, not legacy INT96.
             ("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS"),
             # A RocksDB store commits a changelog per epoch instead of a snapshot.

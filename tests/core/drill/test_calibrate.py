@@ -5,15 +5,17 @@ from __future__ import annotations
 import pytest
 
 from core.drill.calibrate import (
+    PROBE_SCHEDULE,
     Calibration,
     EpochCost,
     fit,
     fixed_from_small_epochs,
-    higher_ramp,
     offload_cost,
 )
+from core.drill.drill import BATCH_CAP
 from core.errors import SpongeError
 from core.latency import Epoch
+from core.nexmark.schedule import RateSchedule
 from core.offload_plan import DEFAULT_OFFLOAD_COST
 
 
@@ -56,13 +58,13 @@ def test_an_offload_that_costs_the_vm_more_than_keeping_is_measured_not_capped()
     assert Calibration(59_100, 0.22, plain).offload_pays
 
 
-def test_a_ramp_that_stayed_below_the_capacity_is_run_again_steeper() -> None:
-    """Q1's first ramp topped at 120,000/s but its fit implies 1 / 1.5 us = 667,000/s: the next ramp
-    goes to 1.5x that. A fit within the ramp (Q5: 84,000/s of 120,000) stands."""
-    q1 = EpochCost(0.38, 1.5e-6, 63)
-    assert higher_ramp(q1, "30:2000-120000", batch_cap=10**9) == "30:2000-1000000"
-    q5 = EpochCost(1.12, 11.9e-6, 40)
-    assert higher_ramp(q5, "30:2000-120000", batch_cap=10**9) is None
+def test_the_probe_fills_several_epochs_faster_than_a_core_admits_them() -> None:
+    """The second step must leave full epochs behind it: more events than four capped epochs, released
+    faster than one core's cap over a fixed cost of half a second (F is 0.4-1.5 s on every query here)."""
+    small, big = RateSchedule.parse(PROBE_SCHEDULE).segments
+    assert big.rate_start >= BATCH_CAP / 0.5
+    assert big.duration_s * big.rate_start >= 4 * BATCH_CAP
+    assert small.rate_start * 1.5 < BATCH_CAP  # epochs of up to 1.5 s stay far below the cap
 
 
 def test_a_probe_that_cannot_be_fitted_says_what_to_do() -> None:
