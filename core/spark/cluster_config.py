@@ -8,12 +8,12 @@ a CPU this process may not use) must fail there, as a ConfigError, not as a work
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.errors import ConfigError
+from core.spark.python_launcher import launcher
 
 MIN_WORKER_MEMORY_MB = 512
 
@@ -68,7 +68,7 @@ class ClusterConfig:
     workers: tuple[WorkerSpec, ...] = (WorkerSpec(),)
     host: str = "127.0.0.1"
     spark_home: Path | None = None
-    python: str = sys.executable
+    python: str = field(default_factory=launcher)
     daemon_memory_mb: int = 256
     daemon_java_opts: str = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
     start_timeout_s: float = 90.0

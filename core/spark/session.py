@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import ConfigError, JvmDiedError, MissingDependencyError
+from core.spark.python_launcher import launcher
 
 MIN_JAVA = 17
 
@@ -377,8 +378,6 @@ class SparkConfig:
             ("spark.sql.session.timeZone", "UTC"),
             ("spark.driver.bindAddress", "127.0.0.1"),
             ("spark.sql.execution.arrow.pyspark.enabled", "true"),
-            # Workers forked with PySpark imported once, from compiled bytecode (core/spark/worker_daemon.py).
-            ("spark.python.daemon.module", "core.spark.worker_daemon"),
             # Readers outside Spark (pyarrow, DuckDB) see UTC microsecond timestamps, not legacy INT96.
             ("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS"),
             # A RocksDB store commits a changelog per epoch instead of a snapshot.
@@ -433,8 +432,8 @@ def spark_session(config: SparkConfig = SparkConfig()):
     """This process's SparkSession, built with `config` (a JVM started earlier keeps its own heap and
     output; `current_jvm()` says what it was started with)."""
     check_java()
-    # Python workers must run the interpreter that has the project installed.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # Python workers must run the interpreter that has the project installed (core/spark/python_launcher.py).
+    os.environ.setdefault("PYSPARK_PYTHON", launcher())
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark import SparkConf, SparkContext
