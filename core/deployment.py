@@ -112,6 +112,10 @@ class Deployment:
             code_sha256=str(data.get("code_sha256") or ""),
         )
 
+    def provisioned_environments(self) -> int:
+        """Environments the stack keeps warm by provisioned concurrency (its output; 0 when absent)."""
+        return int(self.outputs.get("ProvisionedEnvironments") or 0)
+
     def credentials(self) -> dict[str, str]:
         """LocalStack accepts any key; AWS uses the default credential chain (nothing here)."""
         return dict(LOCALSTACK_CREDENTIALS) if self.target == "localstack" else {}

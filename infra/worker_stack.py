@@ -320,6 +320,12 @@ class WorkerStack(Stack):
             self.params.reserved.value_as_string,
             "Reserved concurrency (0 = none reserved)",
         )
+        output(
+            "ProvisionedEnvironments",
+            Fn.condition_if("UseProvisioned", self.params.provisioned.value_as_string, "0"),
+            "Environments kept warm on the alias by provisioned concurrency (0 unless ColdStartMode is "
+            "provisioned)",
+        )
         output("StagingBucket", bucket.ref, "Name of the encrypted, TLS-only staging bucket")
         output(
             "SparkClusterPolicyArn",

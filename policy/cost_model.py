@@ -10,6 +10,9 @@ Defaults are 2023-era AWS list prices, us-east-1, on-demand (the paper's time), 
 
 * Lambda: USD 0.0000166667 per GB-second on x86_64, USD 0.0000133334 on arm64 (first pricing tier),
   USD 0.20 per million requests, duration billed per 1 ms; GB = MB / 1024.
+* Lambda provisioned concurrency: USD 0.0000041667 per GB-second for each environment kept warm
+  (x86_64; 0.0000033334 on arm64), used or not, and invocations on those environments at USD
+  0.0000097222 per GB-second (0.0000077778) instead of the on-demand duration price.
 * EC2 r5.xlarge (4 vCPU, 32 GiB), Linux on-demand: USD 0.252 per hour, billed per second with a
   60-second minimum per instance start.
 
@@ -57,6 +60,10 @@ class Prices:
     lambda_usd_per_gb_s_x86_64: float = 0.0000166667
     lambda_usd_per_gb_s_arm64: float = 0.0000133334
     lambda_usd_per_million_requests: float = 0.20
+    lambda_provisioned_usd_per_gb_s_x86_64: float = 0.0000041667
+    lambda_provisioned_usd_per_gb_s_arm64: float = 0.0000033334
+    lambda_provisioned_duration_usd_per_gb_s_x86_64: float = 0.0000097222
+    lambda_provisioned_duration_usd_per_gb_s_arm64: float = 0.0000077778
     lambda_billing_increment_s: float = 0.001
     vm_type: str = "r5.xlarge"
     vm_usd_per_hour: float = 0.252
@@ -68,6 +75,13 @@ class Prices:
         _positive("lambda_usd_per_gb_s_x86_64", self.lambda_usd_per_gb_s_x86_64)
         _positive("lambda_usd_per_gb_s_arm64", self.lambda_usd_per_gb_s_arm64)
         _positive("lambda_usd_per_million_requests", self.lambda_usd_per_million_requests, allow_zero=True)
+        for name in (
+            "lambda_provisioned_usd_per_gb_s_x86_64",
+            "lambda_provisioned_usd_per_gb_s_arm64",
+            "lambda_provisioned_duration_usd_per_gb_s_x86_64",
+            "lambda_provisioned_duration_usd_per_gb_s_arm64",
+        ):
+            _positive(name, getattr(self, name))
         _positive("lambda_billing_increment_s", self.lambda_billing_increment_s)
         _positive("vm_usd_per_hour", self.vm_usd_per_hour)
         _positive("vm_billing_increment_s", self.vm_billing_increment_s)
@@ -80,11 +94,22 @@ class Prices:
             raise ConfigError("vm_type must be named", hint="for example r5.xlarge")
 
     def lambda_usd_per_gb_s(self, arch: str) -> float:
-        if arch == "x86_64":
-            return self.lambda_usd_per_gb_s_x86_64
-        if arch == "arm64":
-            return self.lambda_usd_per_gb_s_arm64
-        raise ConfigError(f"unknown Lambda architecture {arch!r}", hint=f"one of {', '.join(ARCHITECTURES)}")
+        return self._by_arch("lambda_usd_per_gb_s", arch)
+
+    def provisioned_usd_per_gb_s(self, arch: str) -> float:
+        """An environment kept warm by provisioned concurrency, per GB-second, used or not."""
+        return self._by_arch("lambda_provisioned_usd_per_gb_s", arch)
+
+    def provisioned_duration_usd_per_gb_s(self, arch: str) -> float:
+        """An invocation's duration on a provisioned environment, per GB-second."""
+        return self._by_arch("lambda_provisioned_duration_usd_per_gb_s", arch)
+
+    def _by_arch(self, price: str, arch: str) -> float:
+        if arch not in ARCHITECTURES:
+            raise ConfigError(
+                f"unknown Lambda architecture {arch!r}", hint=f"one of {', '.join(ARCHITECTURES)}"
+            )
+        return float(getattr(self, f"{price}_{arch}"))
 
     @property
     def vm_usd_per_s(self) -> float:
@@ -126,6 +151,31 @@ def lambda_cost_usd(
         raise ConfigError(f"the request count must be >= 0, got {n_requests}")
     gb_s = workers * _billed(seconds, prices.lambda_billing_increment_s) * memory_mb / MB_PER_GB
     return gb_s * prices.lambda_usd_per_gb_s(arch) + n_requests * prices.lambda_usd_per_million_requests / 1e6
+
+
+def fleet_cost_usd(
+    workers_by_second: Sequence[float],
+    memory_mb: int,
+    provisioned: int = 0,
+    *,
+    prices: Prices,
+    arch: str = "x86_64",
+) -> float:
+    """What a fleet of workers cost, given how many ran in each second of a run.
+
+    Up to `provisioned` of them each second ran on environments kept warm by provisioned concurrency,
+    at its lower duration price; the rest ran on demand (one request in all, as `lambda_cost_usd`
+    bills a drill's workers). The provisioned environments cost their standing price for every
+    second of the run, used or not: that is what keeps a burst's first workers warm.
+    """
+    if provisioned < 0:
+        raise ConfigError(f"the provisioned environments must be >= 0, got {provisioned}")
+    gb = memory_mb / MB_PER_GB
+    on_provisioned = sum(min(w, provisioned) for w in workers_by_second)
+    on_demand = sum(w for w in workers_by_second) - on_provisioned
+    standing = provisioned * len(workers_by_second) * gb * prices.provisioned_usd_per_gb_s(arch)
+    used = on_provisioned * gb * prices.provisioned_duration_usd_per_gb_s(arch)
+    return lambda_cost_usd(1, memory_mb, on_demand, prices=prices, arch=arch) + standing + used
 
 
 def vm_cost_usd(vms: int, seconds: float, *, prices: Prices) -> float:

@@ -161,6 +161,7 @@ def run_drill(config: DrillConfig, status: Callable[[str], None] = print) -> dic
     trace = pattern.trace(rate, config.duration_s, config.lead_s)
     per_core = calibration.per_core_rate / len(config.vm_cpus)
     reference = _reference(config, trace) if config.check_reference else None
+    provisioned = provisioned_environments(config.target)
     runs = []
     for policy in config.policies:
         status(
@@ -175,7 +176,7 @@ def run_drill(config: DrillConfig, status: Callable[[str], None] = print) -> dic
             epoch_fixed_s=calibration.fixed_s(routed=routed),
         )
         result = _run_child(spec, config.report / policy, status)
-        runs.append(_summarise(config, spec, trace, result, reference))
+        runs.append(_summarise(config, spec, trace, result, reference, provisioned))
     return {
         "query": config.query,
         "pattern": trace.pattern,
@@ -381,12 +382,17 @@ def _reference(config: DrillConfig, trace: Trace) -> Any:
 
 
 def _summarise(
-    config: DrillConfig, spec: PolicyRun, trace: Trace, result: dict[str, Any], reference: Any
+    config: DrillConfig,
+    spec: PolicyRun,
+    trace: Trace,
+    result: dict[str, Any],
+    reference: Any,
+    provisioned: int = 0,
 ) -> dict[str, Any]:
     from core.drill import capacity_use
     from core.drill.steady import pre_burst
     from core.results import diff_results, read_results
-    from policy.cost_model import Prices, lambda_cost_usd
+    from policy.cost_model import Prices, fleet_cost_usd
 
     policy = spec.policy
     origin = result["origin"]
@@ -410,7 +416,8 @@ def _summarise(
     base_cores = len(config.vm_cpus) + (len(config.worker_cpus) if policy == "over" else 0)
     cores = by_second(lambda s: s["observation"]["vm_cores"])
     prices = Prices()
-    cost = lambda_cost_usd(1, LAMBDA_MEMORY_MB, worker_s, prices=prices) + _vm_cost(
+    provisioned = provisioned if offloads else 0  # the stack's warm environments serve sponge's workers
+    cost = fleet_cost_usd([w or 0 for w in workers], LAMBDA_MEMORY_MB, provisioned, prices=prices) + _vm_cost(
         result, base_cores, trace.duration_s, prices
     )
     output = config.report / policy / "output"
@@ -443,6 +450,7 @@ def _summarise(
         ),
         "recovery_s": latency.recovery_s(series.p99_ms, trace.bursts, config.lead_s),
         "lambda_worker_seconds": worker_s,
+        "provisioned_environments": provisioned,
         "cost_usd": round(cost, 6),
         "results_match_reference": match,
         "vm_cpu_by_second": vm_cpu,
@@ -476,6 +484,17 @@ def _reaction(result: dict[str, Any], trace: Trace, directory: Path) -> float | 
         if e["started_t"] >= onset and any(lo < e["covered"] and hi > e["start"] for lo, hi in spans):
             return round(e["started_t"] - onset, 2)
     return None
+
+
+def provisioned_environments(target: str) -> int:
+    """The environments the target's stack keeps warm by provisioned concurrency, billed for every
+    second of a run whether used or not (0 for the embedded fleet, and for a stack deployed before its
+    template said)."""
+    if target == "embedded":
+        return 0
+    from core.deployment import load_deployment
+
+    return load_deployment(target).provisioned_environments()
 
 
 def _vm_cost(result: dict[str, Any], base_cores: int, duration_s: float, prices: Any) -> float:

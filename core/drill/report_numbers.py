@@ -110,6 +110,8 @@ def deployment_text(run: Mapping[str, Any]) -> str:
     text = f"{d.get('spark', '?')}, {cores} VM core{'s' if cores != 1 else ''}"
     if d.get("lambda_workers"):
         text += f" + up to {d['lambda_workers']} Lambda workers"
+    if run.get("provisioned_environments"):
+        text += f", {run['provisioned_environments']} kept warm by provisioned concurrency (billed)"
     if d.get("adds"):
         text += f" (+ {d['adds']})"
     return text

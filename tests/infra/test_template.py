@@ -149,6 +149,7 @@ def test_cold_start_modes_exclude_each_other(sam: dict[str, Any]) -> None:
     snap = _deployed(sam, ColdStartMode="snapstart")
     assert only(snap, "AWS::Lambda::Function")["Properties"]["SnapStart"] == {"ApplyOn": "PublishedVersions"}
     assert "ProvisionedConcurrencyConfig" not in only(snap, "AWS::Lambda::Alias")["Properties"]
+    assert snap["Outputs"]["ProvisionedEnvironments"]["Value"] == "0"  # what the drill bills as standing
 
     warm = _deployed(sam, ColdStartMode="provisioned", ProvisionedConcurrency="4")
     assert "SnapStart" not in only(warm, "AWS::Lambda::Function")["Properties"]
@@ -156,6 +157,7 @@ def test_cold_start_modes_exclude_each_other(sam: dict[str, Any]) -> None:
         "ProvisionedConcurrentExecutions": {"Ref": "ProvisionedConcurrency"}
     }
     assert only(warm, "AWS::Lambda::Version")["Properties"]["FunctionName"] == {"Ref": "WorkerFunction"}
+    assert warm["Outputs"]["ProvisionedEnvironments"]["Value"] == {"Ref": "ProvisionedConcurrency"}
 
 
 def test_an_image_uri_replaces_the_zip_function(sam: dict[str, Any]) -> None:

@@ -23,6 +23,7 @@ from policy.cost_model import (
     crossover_fraction,
     daily_cost,
     daily_cost_curve,
+    fleet_cost_usd,
     lambda_cost_usd,
     vm_cost_usd,
     vms_for_lambda_cores,
@@ -43,6 +44,22 @@ def test_lambda_cost_worked_example() -> None:
     # Duration is billed per 1 ms: 0.0004 s counts as 0.001 s (1 GB: USD 1.67e-8 + one request 2e-7).
     assert lambda_cost_usd(1, 1024, 0.0004, prices=PRICES) == pytest.approx(0.001 * 0.0000166667 + 2e-7)
     assert lambda_cost_usd(0, 1769, 60.0, prices=PRICES) == 0.0
+
+
+def test_a_fleet_on_provisioned_environments_pays_their_standing_price_and_less_per_second() -> None:
+    """Five seconds at 1 GB with 0, 0, 3, 3 and 1 workers and 2 environments provisioned: 5
+    worker-seconds ran on them (USD 0.0000097222 each), 2 on demand (0.0000166667 each, one request
+    0.0000002), and the 2 environments stood for 5 s each (10 x 0.0000041667)."""
+    workers = [0, 0, 3, 3, 1]
+    expected = 5 * 0.0000097222 + 2 * 0.0000166667 + 0.0000002 + 10 * 0.0000041667
+    assert fleet_cost_usd(workers, 1024, provisioned=2, prices=PRICES) == pytest.approx(expected, rel=1e-9)
+    assert fleet_cost_usd(workers, 1024, prices=PRICES) == lambda_cost_usd(1, 1024, 7.0, prices=PRICES)
+    # Idle all along, the environments still cost their standing price: the price of a warm start.
+    assert fleet_cost_usd([0] * 60, 1024, provisioned=1, prices=PRICES) == pytest.approx(
+        60 * 0.0000041667 + 0.0000002, rel=1e-9
+    )
+    with pytest.raises(ConfigError):
+        fleet_cost_usd(workers, 1024, provisioned=-1, prices=PRICES)
 
 
 def test_vm_cost_worked_example() -> None:

@@ -259,6 +259,10 @@ def test_unequal_starts_idle_cores_and_early_offloading_are_called_out(tmp_path:
     assert (
         "| over | standalone, 2 VM cores | never | 90,000 | 55% (behind with idle cores) | 0% | n/a |" in md
     )
+    warm = _report({**sponge, "provisioned_environments": 2}, over)
+    assert "up to 4 Lambda workers, 2 kept warm by provisioned concurrency (billed) |" in (
+        tables.write_markdown(warm, tmp_path, plots=[]).read_text()
+    )
     fair = _report(_run("sponge", 850.0), _run("over", 700.0, pre_burst_p99_ms=100.0))
     assert "fair)" in numbers.verdict(fair) and "UNFAIR" not in numbers.verdict(fair)
 
