@@ -10,9 +10,8 @@ against 23 s of work, most of it at each query's start, which the first epochs w
 When that zip is the one inside the pip-installed `pyspark` package (Spark's home is that package, as
 on every drill's cluster and `sponge run`), the same release is importable from site-packages, whose
 bytecode is cached, so the launcher puts site-packages before the package's zips and execs the
-interpreter. On a
-cluster whose Spark home is elsewhere the path stays as Spark set it: the installed package may be
-another release.
+interpreter. On a cluster whose Spark home is elsewhere the path stays as Spark set it: the installed
+package may be another release.
 
 `sponge-python` (pyproject's scripts) runs `main`; core/spark/session.py makes it PySpark's python.
 """
