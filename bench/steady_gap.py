@@ -7,7 +7,7 @@ time so drift on a shared machine falls on both. The stable rate is the first dr
 the 10 s before the onset, as the drill's verdict uses it) and the median duration of its epochs that
 admitted a full batch (those do the same work in both policies whatever the pacing, so their ratio is
 the routed plan's cost at share 0 alone). Printed: every drill's sponge/noscaling ratios, and their
-medians. Issue 30 asks for the pre-burst ratio within 1.10.
+medians. A fair drill wants the pre-burst ratio within 1.10.
 """
 
 from __future__ import annotations
