@@ -136,7 +136,6 @@ class Calibration:
     offload_cost: float
     plain: EpochCost | None = None
     routed: EpochCost | None = None
-    schedule: str = PROBE_SCHEDULE  # the steps the probes ran
 
     @property
     def per_core_rate(self) -> float:
@@ -167,7 +166,6 @@ class Calibration:
             "offload_cost": self.offload_cost,
             "plain": self.plain.to_json() if self.plain else None,
             "routed": self.routed.to_json() if self.routed else None,
-            "schedule": self.schedule,
         }
 
     @classmethod
@@ -180,5 +178,4 @@ class Calibration:
             float(d["offload_cost"]),
             cost(d.get("plain")),
             cost(d.get("routed")),
-            d.get("schedule", PROBE_SCHEDULE),
         )

@@ -208,10 +208,10 @@ def calibrate(config: DrillConfig, status: Callable[[str], None]) -> Calibration
     elif config.stable_rate:  # set by hand: no probes, the default offload cost
         return Calibration(rate=config.stable_rate, offload_cost=DEFAULT_OFFLOAD_COST)
     else:
-        plain = _probe(config, "probe", 0.0, PROBE_SCHEDULE, status)
+        plain = _probe(config, "probe", 0.0, status)
         found = Calibration(rate=round(plain.stable_rate(BATCH_CAP), -2), offload_cost=0.0, plain=plain)
     if found.routed is None and found.plain is not None and "sponge" in config.policies:
-        routed = _probe(config, "probe-offload", PROBE_SHARE, found.schedule, status)
+        routed = _probe(config, "probe-offload", PROBE_SHARE, status)
         found = replace(found, routed=routed, offload_cost=offload_cost(found.plain, routed, PROBE_SHARE))
         status(found.describe())
     cache.write_text(json.dumps({"key": key, "calibration": found.to_json()}))
@@ -232,12 +232,10 @@ def calibration_key(config: DrillConfig) -> dict[str, Any]:
     }
 
 
-def _probe(
-    config: DrillConfig, name: str, share: float, steps: str, status: Callable[[str], None]
-) -> EpochCost:
+def _probe(config: DrillConfig, name: str, share: float, status: Callable[[str], None]) -> EpochCost:
     what = f"offloading {share:.0%}" if share else "on the VM alone"
-    status(f"probing the VM's epoch cost {what}: paced steps {steps} (seconds:events/s) ...")
-    schedule = RateSchedule.parse(steps)
+    status(f"probing the VM's epoch cost {what}: paced steps {PROBE_SCHEDULE} (seconds:events/s) ...")
+    schedule = RateSchedule.parse(PROBE_SCHEDULE)
     duration = sum(seg.duration_s for seg in schedule.segments)
     trace = Trace(name, schedule.segments[0].rate_start, duration, schedule, ())
     spec = replace(
