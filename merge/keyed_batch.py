@@ -20,16 +20,16 @@ to the VM, which then takes the keys back (`hand_back`) before its step.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
 import polars as pl
 
-from merge.keyed_groups import GROUP, RECEIPT, Frames, GroupState, Where, after, decide, groups_of
-from merge.keyed_step import SIDE, KeyedStep, keys_of, stacked, take
+from merge.keyed_groups import GROUP, RECEIPT, Decision, Frames, GroupState, Where, after, decide, groups_of
+from merge.keyed_step import SIDE, KeyedStep, keys_of, split, stacked, take
 
 RECEIPT_SIDE = 2  # a receipt row's sponge_side: records of its group are stashed at the agent
 
@@ -97,25 +97,38 @@ def run_batch(
 ) -> Batch:
     """One batch: `new` holds the VM's rows (`spec.columns`, `GROUP`) and receipts (RECEIPT_SIDE);
     `owned`, the groups the plan gives the workers of a stage fed through the VM (merge/keyed_groups.py
-    `decide`)."""
+    `decide`). The VM's own step runs while the seals are away: their keys are apart from its."""
     local = new.filter(pl.col(SIDE) != RECEIPT_SIDE) if new is not None else None
-    outs: list[pl.DataFrame] = []
     groups = dict(held)
-    if service is not None:
-        receipts = new.filter(pl.col(SIDE) == RECEIPT_SIDE) if new is not None else None
-        local, vm = _groups_elsewhere(
-            spec, service, fetch, local, receipts, vm, groups, watermark_ms, outs, owned
-        )
-    if local is not None and local.height:
-        decided = spec.step(vm, local.select(spec.columns), watermark_ms)
-    else:
-        decided = spec.expire(vm, watermark_ms)
+    outs: list[pl.DataFrame] = []
+    with ThreadPoolExecutor(service.subscales if service else 1, thread_name_prefix="seal") as pool:
+        rest: Callable[[], Frames] = lambda: vm  # noqa: E731
+        sealed: list[tuple[list[_Sealing], Future[Answer]]] = []
+        if service is not None:
+            receipts = new.filter(pl.col(SIDE) == RECEIPT_SIDE) if new is not None else None
+            local, rest, sealed = _groups_elsewhere(
+                spec, service, fetch, local, receipts, vm, groups, watermark_ms, owned, pool
+            )
+        if local is not None and local.height:
+            decided = spec.step(rest(), local.select(spec.columns), watermark_ms)
+        else:
+            decided = spec.expire(rest(), watermark_ms)
+        for lane, answer in sealed:
+            out, dues = answer.result()
+            if out is not None and out.height:
+                outs.append(out)
+            for g, st, d, _ in lane:
+                groups[g] = after(st, d, dues.get(g))
     if decided.out is not None and decided.out.height:
         outs.append(decided.out)
     dues = [g.next_due_ms for g in groups.values() if g.on_workers and g.next_due_ms is not None]
     if decided.next_due_ms is not None:
         dues.append(decided.next_due_ms)
     return Batch(decided.state, groups, outs, min(dues) if dues else None)
+
+
+_Sealing = tuple[int, GroupState, Decision, pl.DataFrame | None]  # a group, its state, decision, rows
+Answer = tuple[pl.DataFrame | None, dict[int, int | None]]  # a seal's outputs, each group's next due
 
 
 def _groups_elsewhere(
@@ -127,18 +140,19 @@ def _groups_elsewhere(
     vm: Frames,
     held: dict[int, GroupState],
     watermark_ms: int,
-    outs: list[pl.DataFrame],
     owned: frozenset[int],
-) -> tuple[pl.DataFrame | None, Frames]:
-    """Carry out each group's decision but the VM's own step; return the rows and state left to it.
-    The seals of different groups are independent and run at once (DRRS's subscales)."""
+    pool: ThreadPoolExecutor,
+) -> tuple[pl.DataFrame | None, Callable[[], Frames], list[tuple[list[_Sealing], Future[Answer]]]]:
+    """Carry out each group's decision but the VM's own step: the rows left to the VM, its state
+    (to compute when needed, while the seals run) and the seals under way. The seals of different
+    groups are independent and run at once (DRRS's subscales)."""
     local_groups = set(local[GROUP].to_list()) if local is not None else set()
     refs: dict[int, list[Part]] = {}
     if receipts is not None:
         for r in receipts.select(GROUP, *RECEIPT).unique().sort(GROUP, *RECEIPT).iter_rows():
             refs.setdefault(r[0], []).append(r[1:])
     due = {g for g, st in held.items() if st.on_workers and st.next_due_ms is not None}
-    sealing = []
+    sealing: list[_Sealing] = []
     for g in sorted(local_groups | set(refs) | due):
         st = held.get(g, GroupState())
         d = decide(st, g in local_groups, g in refs, watermark_ms, g in owned)
@@ -152,36 +166,30 @@ def _groups_elsewhere(
             vm = spec.joined(vm, service.hand_back(g, st.version))
             held[g] = after(st, d, None)
     if not sealing:
-        return local, vm
+        return local, lambda: vm, []
     n = min(len(sealing), service.subscales)
     lanes = [sealing[i * len(sealing) // n : (i + 1) * len(sealing) // n] for i in range(n)]
     parts = [sorted({p for g, *_ in lane for p in refs.get(g, [])}) for lane in lanes]
     rows = [stacked([fw for *_, fw in lane]) for lane in lanes]
-    with ThreadPoolExecutor(n, thread_name_prefix="seal") as pool:
-        if fetch is Fetch.ALL_AT_ONCE:
-            keys = [_group_keys(vm, [g for g, _, d, _ in lane if d.move_in], spec) for lane in lanes]
-        else:
-            wanted = [([g for g, *_ in lane], p, r) for lane, p, r in zip(lanes, parts, rows, strict=True)]
-            keys = list(pool.map(lambda a: _keys(service, spec, *a), wanted))
-            if fetch is Fetch.PROGRESSIVE:
-                groups = [[g for g, *_ in lane] for lane in lanes]
-                keys = _with_round(spec, vm, groups, keys, service.round_keys)
-        # One pass over the VM's state for the whole batch, then each lane's share of the (few) rows.
-        every = [k for k in keys if k is not None]
-        leaving, vm = take(spec, vm, pl.concat(every, how="vertical_relaxed") if every else None)
-        seals = []
-        for lane, k, p, r in zip(lanes, keys, parts, rows, strict=True):
-            moved, leaving = take(spec, leaving, k)
-            some = any(f is not None and f.height for f in moved.values())
-            groups = [(g, st.version, d.move_in) for g, st, d, _ in lane]
-            seals.append((groups, p, moved if some else None, r, watermark_ms))
-        answers = list(pool.map(lambda args: service.seal(*args), seals))
-    for lane, (out, dues) in zip(lanes, answers, strict=True):
-        if out is not None and out.height:
-            outs.append(out)
-        for g, st, d, _ in lane:
-            held[g] = after(st, d, dues.get(g))
-    return local, vm
+    if fetch is Fetch.ALL_AT_ONCE:
+        keys = [_group_keys(vm, [g for g, _, d, _ in lane if d.move_in], spec) for lane in lanes]
+    else:
+        wanted = [([g for g, *_ in lane], p, r) for lane, p, r in zip(lanes, parts, rows, strict=True)]
+        keys = list(pool.map(lambda a: _keys(service, spec, *a), wanted))
+        if fetch is Fetch.PROGRESSIVE:
+            groups = [[g for g, *_ in lane] for lane in lanes]
+            keys = _with_round(spec, vm, groups, keys, service.round_keys)
+    # One pass over the VM's state for the whole batch, then each lane's share of the (few) rows.
+    every = [k for k in keys if k is not None]
+    leaving, rest = split(spec, vm, pl.concat(every, how="vertical_relaxed") if every else None)
+    sealed = []
+    for lane, k, p, r in zip(lanes, keys, parts, rows, strict=True):
+        moved, leaving = take(spec, leaving, k)
+        some = any(f is not None and f.height for f in moved.values())
+        groups_ = [(g, st.version, d.move_in) for g, st, d, _ in lane]
+        seal = pool.submit(service.seal, groups_, p, moved if some else None, r, watermark_ms)
+        sealed.append((lane, seal))
+    return local, rest, sealed
 
 
 def _keys(

@@ -10,7 +10,7 @@ generic, because every frame of a keyed state carries the key columns.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -113,23 +113,31 @@ def keys_of(step: KeyedStep, state: Frames) -> pl.DataFrame | None:
 
 def take(step: KeyedStep, state: Frames, keys: pl.DataFrame | None) -> tuple[Frames, Frames]:
     """(the rows of `keys`, the rest): a key-local step may run on the two apart."""
+    taken, rest = split(step, state, keys)
+    return taken, rest()
+
+
+def split(step: KeyedStep, state: Frames, keys: pl.DataFrame | None) -> tuple[Frames, Callable[[], Frames]]:
+    """`take`, its rest left to compute when called: the rows of a few keys are cheap to cut out of a
+    large state, the rest is a copy of nearly all of it, which a caller can make while it waits."""
     if keys is None or keys.height == 0:
-        return {name: None for name in state}, state
+        return {name: None for name in state}, lambda: state
     taken: dict[str, pl.DataFrame | None] = {}
-    kept: dict[str, pl.DataFrame | None] = {}
+    cuts: dict[str, Callable[[], pl.DataFrame | None]] = {}
     for name, frame in state.items():
         if frame is None:
-            taken[name] = kept[name] = None
+            taken[name] = None
+            cuts[name] = lambda: None
             continue
         wanted = keys.select([pl.col(k).cast(frame.schema[k]) for k in step.keys]).unique()
         if len(step.keys) == 1:  # one key column: a membership mask, one pass for both halves
-            key = step.keys[0]
-            mask = frame[key].is_in(wanted[key].implode())
-            taken[name], kept[name] = frame.filter(mask), frame.filter(~mask)
+            mask = frame[step.keys[0]].is_in(wanted[step.keys[0]].implode())
+            taken[name] = frame.filter(mask)
+            cuts[name] = lambda frame=frame, mask=mask: frame.filter(~mask)
         else:
             taken[name] = frame.join(wanted, on=step.keys, how="semi")
-            kept[name] = frame.join(wanted, on=step.keys, how="anti")
-    return taken, kept
+            cuts[name] = lambda frame=frame, wanted=wanted: frame.join(wanted, on=step.keys, how="anti")
+    return taken, lambda: {name: cut() for name, cut in cuts.items()}
 
 
 def select(
