@@ -121,6 +121,7 @@ def handoff(
     service = AgentSealService(
         address, str(secret_file), spec.dumps(), fetch, subscales=args.subscales, round_keys=args.round_keys
     )
+    service.warm()  # as the query's start does (core/spark/offload_session.py)
     client = shared_client(address, str(secret_file), 600.0)
     empty = pl.DataFrame(schema={c: program.types[c] for c in program.spec.columns})
     layout = pl.concat(

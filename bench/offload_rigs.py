@@ -201,7 +201,7 @@ class WorkerRig:
     def prewarm(self, specs: Sequence[ProgramSpec]) -> None:
         """Start the worker process and compile every program in it before anything is timed."""
         for spec in specs:
-            if self.fleet.prewarm(1, spec.to_json()) != 1:
+            if self.fleet.prewarm(1, [spec.to_json()]) != 1:
                 raise RuntimeError("the embedded worker did not warm up (see the worker log)")
 
     def next_epoch(self) -> int:

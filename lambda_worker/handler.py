@@ -12,7 +12,8 @@ Configuration is read from the environment once, here at the edge (HandlerSettin
 fleet sets POWERTOOLS_TRACE_DISABLED and friends in the local runtime's environment.
 
 Events:
-    {"warmup": true, "program": {...}?, "hold_s": S?}  import and compile, then hold the environment S
+    {"warmup": true, "programs": [{...}]?, "hold_s": S?}  import, compile each program (and run a keyed
+                                          one once over made-up rows), then hold the environment S
                                           seconds (at most MAX_WARMUP_HOLD_S) before returning (warm pools
                                           and keep-warm pings)
     {session descriptor}                  dial the agent and serve chunks (core/wire/descriptor.py)
@@ -100,8 +101,14 @@ def _warmup(event: Mapping[str, Any], context: Any, cold: bool, started: float) 
     pb()
     preload()
     programs = STATE.program_cache()
-    if event.get("program") is not None:
-        programs.get(ProgramSpec.from_json(event["program"]))
+    for spec in event.get("programs") or ():
+        program = programs.get(ProgramSpec.from_json(spec))
+        warm = getattr(program, "warm", None)
+        if warm is not None:
+            try:
+                warm()
+            except Exception:  # a made-up batch that fails costs only a slower first seal
+                logger.exception("warming program %s failed", spec)
     init_seconds = time.monotonic() - started
     hold_s = min(max(float(event.get("hold_s") or 0.0), 0.0), MAX_WARMUP_HOLD_S)
     remaining = getattr(context, "get_remaining_time_in_millis", None)

@@ -22,12 +22,34 @@ from core.expr import DType
 from core.fusions import closed_aggregates
 from core.keyed_stages import keyed_stages, plan_routed, stepped
 from core.plan import LatestAggregate, LogicalPlan, WindowAggregate, WindowJoin, WinnerAtClose
+from core.wire.arrow_ipc import decode, encode
 from lambda_worker.transient import TransientProgram
 from merge.join_step import JoinStep
-from merge.keyed_groups import GROUP, Frames, groups_of, read_request, seal_answer
+from merge.keyed_groups import GROUP, Frames, groups_of, read_answer, read_request, seal_answer, seal_request
 from merge.keyed_step import SIDE, KeyedStep, key_column, keys_of, next_due_by_group, select
 from merge.latest_step import LatestStep
 from merge.winner import WinnerSpec
+
+WARM_KEYS = 64  # keys of the made-up batch that warms a keyed program
+_WARM_BASE_MS = 1_000_000  # its rows' event times start here (ms); any instant would do
+
+
+def _polars_type(arrow: pa.DataType) -> pl.DataType:
+    return pl.from_arrow(pa.array([], arrow)).dtype  # type: ignore[union-attr]
+
+
+def _made_up(dtype: pl.DataType, n: int, base_us: int) -> pl.Series:
+    """n values of `dtype` for a made-up batch: 0..n-1 for numbers (distinct keys), a ms apart from
+    `base_us` for times, blanks otherwise."""
+    if dtype.is_numeric():
+        return pl.Series(range(n), dtype=pl.Int64).cast(dtype)
+    if isinstance(dtype, pl.Datetime):
+        return pl.Series([base_us + 1000 * i for i in range(n)], dtype=pl.Int64).cast(dtype)
+    if dtype == pl.Boolean:
+        return pl.Series([False] * n, dtype=pl.Boolean)
+    if dtype == pl.Utf8:
+        return pl.Series([""] * n, dtype=pl.Utf8)
+    return pl.Series([None] * n, dtype=dtype)
 
 
 @dataclass(frozen=True)
@@ -36,6 +58,7 @@ class _Input:
     prefix: TransientProgram
     keys: tuple[str, ...]  # the operator's key columns on this input (after the prefix)
     source_keys: tuple[str, ...]  # the same keys as the source's columns (core/keyed_stages.py)
+    source: dict[str, pl.DataType]  # the source's columns and their types
 
 
 @dataclass(frozen=True)
@@ -79,12 +102,18 @@ class KeyedProgram:
                 (op.left_keys, op.right_keys),
             )
         inputs = tuple(
-            _Input(i.entity, TransientProgram.from_plan(plan, i.node_ids), keys[i.port], i.keys)
+            _Input(
+                i.entity,
+                TransientProgram.from_plan(plan, i.node_ids),
+                keys[i.port],
+                i.keys,
+                {c: _polars_type(ARROW_TYPES[t]) for c, t in (plan.schemas.get(i.source_id) or {}).items()},
+            )
             for i in (stage.inputs if stage is not None else ())
         )
         arrow = {c: ARROW_TYPES[t] for c, t in (*left.items(), *right.items())}
         arrow |= {SIDE: pa.int32(), **{key_column(i): arrow[k] for i, k in enumerate(keys[0])}}
-        types = {c: pl.from_arrow(pa.array([], t)).dtype for c, t in arrow.items()}  # type: ignore[union-attr]
+        types = {c: _polars_type(t) for c, t in arrow.items()}
         return cls(plan.name, node_id, spec, inputs, types, (tuple(left), tuple(right)), fused)
 
     def staged(self, parts: dict[str, pl.DataFrame], counts: dict[str, int] | None = None) -> pl.DataFrame:
@@ -150,6 +179,39 @@ class KeyedProgram:
         record: `operators_offloaded` counts what the operator ran over."""
         _, parts, _, _ = read_request(data)
         return sum(f.height for f in parts.values())
+
+    def warm_batch(self, keys: int = WARM_KEYS) -> tuple[Frames, dict[str, pl.DataFrame], pl.DataFrame, int]:
+        """A made-up batch over `keys` keys: (a state holding them, source records of each input, the
+        step's rows for them, a watermark past every row). Its values mean nothing; what it is for is
+        that running it takes the step through the operations a real batch does (`warm`)."""
+        base_us = _WARM_BASE_MS * 1000
+        frames = []
+        for port, side in enumerate(self.sides):
+            if not side and port:
+                continue
+            cols = {SIDE: pl.Series([port] * keys, dtype=pl.Int32)}
+            cols |= {k: _made_up(self.types[k], keys, base_us) for k in self.spec.keys}
+            cols |= {c: _made_up(self.types[c], keys, base_us) for c in side}
+            frames.append(pl.DataFrame(cols))
+        rows = pl.concat(frames, how="diagonal_relaxed")
+        rows = rows.with_columns(
+            pl.lit(None, self.types[c]).alias(c) for c in self.spec.columns if c not in rows.columns
+        ).select(self.spec.columns)
+        parts = {
+            inp.entity: pl.DataFrame({c: _made_up(t, keys, base_us) for c, t in inp.source.items()})
+            for inp in self.inputs
+            if inp.source
+        }
+        state = self.spec.step({}, rows, _WARM_BASE_MS - 1).state
+        return state, parts, rows, _WARM_BASE_MS + 2 * keys
+
+    def warm(self) -> None:
+        """Run one made-up seal, start to end, and drop its answer: the first seal a worker or the agent
+        runs otherwise pays polars' first runs of each operation (tens of ms on the first batches after
+        a switch: ADR 0045). Counts nothing: no record of anyone's ran."""
+        state, parts, rows, watermark_ms = self.warm_batch()
+        request = encode(seal_request(state, parts, rows, watermark_ms), "lz4")
+        read_answer(decode(encode(self.run_table(decode(request)), "lz4")))
 
     def run_table(self, data: pa.Table, counts: dict[str, int] | None = None) -> pa.Table:
         """One seal: the packed request in, the packed answer out. The records count for the prefix

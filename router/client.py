@@ -210,6 +210,12 @@ class AgentClient:
     def _refs(self, parts: list[tuple[str, int, int, int]]) -> list[Any]:
         return [self._pb2.ChunkRef(entity=e, start=a, end=b, seq=q) for e, a, b, q in parts]
 
+    def warm(self, program: ProgramSpec) -> int:
+        """Have the agent and its idle workers compile and run a keyed program once; how many workers
+        warmed with it."""
+        request = self._pb2.WarmRequest(program=program.dumps())
+        return int(self._retrying(self._stub.Warm, lambda: request, None, False).warmed)
+
     def hand_back(self, program: ProgramSpec, group: int, version: int) -> pa.Table:
         request = self._pb2.HandBackRequest(program=program.dumps(), group=group, version=version)
         return decode(self._retrying(self._stub.HandBack, lambda: request, None, False).payload)

@@ -70,6 +70,11 @@ class AgentSealService:
         it for the sources' offsets (ADR 0028)."""
         return read_current_plan(Path(self.plans)).key_groups if self.plans else frozenset()
 
+    def warm(self) -> int:
+        """Warm the operator's program at the agent and its idle workers before any switch (ADR 0045);
+        how many workers warmed."""
+        return self._client().warm(self._spec)
+
     def hand_back(self, group: int, version: int) -> dict[str, pl.DataFrame | None]:
         table: pa.Table = self._client().hand_back(self._spec, group, version)
         return unpack(table)[0]

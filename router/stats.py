@@ -15,6 +15,9 @@ COLD_STARTS = "cold_starts"
 WARM_STARTS = "warm_starts"
 """Workers whose session began in an environment that had run before (a warm pool's, or a session's)."""
 WORKERS_PREWARMED = "workers_prewarmed"
+PROGRAM_WARM_UPS = "program_warm_ups"
+"""Warm-ups sent when the VM named a keyed program its workers will run, that were answered: each
+compiled it and ran it once over made-up rows (router/agent/warm_pool.py, ADR 0045)."""
 KEEP_WARM_PINGS = "keep_warm_pings"
 """Warm-ups the keep-warm rounds sent that were answered (router/agent/warm_pool.py)."""
 KEEP_WARM_COLD = "keep_warm_cold"
@@ -54,6 +57,7 @@ INJECTED_SLOW_WORKER = "injected_slow_worker"
 
 ALL = (
     WORKERS_PREWARMED,
+    PROGRAM_WARM_UPS,
     WORKERS_STARTED,
     COLD_STARTS,
     WARM_STARTS,

@@ -403,11 +403,12 @@ class OffloadSession:
         return get_query(self.query).plan(self.params)
 
     def seal_service(self, op_id: str) -> Any:
-        """What a keyed stage's VM processor calls to run a group's batch on a worker (ADR 0024)."""
+        """What a keyed stage's VM processor calls to run a group's batch on a worker (ADR 0024), its
+        program warmed at the agent and its idle workers."""
         from router.seal_service import AgentSealService
 
         spec = self.spec((op_id,))
-        return AgentSealService(
+        service = AgentSealService(
             self.agent.address,
             str(self.secret_file),
             spec.dumps(),
@@ -416,6 +417,8 @@ class OffloadSession:
             subscales=self.config.subscales,
             round_keys=self.config.round_keys,
         )
+        service.warm()  # before any switch: the first seals cost what later ones do (ADR 0045)
+        return service
 
     def rank_service(self, op_id: str) -> Any:
         """What a fused top-k's VM processor calls to have workers rank a closed window (ADR 0029)."""

@@ -26,7 +26,7 @@ from core.fault_spec import parse_all
 from router.agent import ready_line
 from router.agent.config import AgentConfig
 from router.agent.server import AgentServer
-from router.agent.warm_pool import Round, WarmPool, WarmPoolConfig
+from router.agent.warm_pool import Programs, Round, WarmPool, WarmPoolConfig
 from router.dispatcher import DispatchConfig
 from router.faults import check_can_kill
 from router.fleet import FleetConfig
@@ -159,15 +159,15 @@ def _invoker_from_args(args: argparse.Namespace) -> Invoker | None:
     )
 
 
-def _warm_rounds(invoker: Invoker) -> Callable[[int], Round] | None:
+def _warm_rounds(invoker: Invoker) -> Callable[[int, Programs], Round] | None:
     """One round of n concurrent warm-ups on this backend, as the warm pool counts it; None for a backend
     that cannot warm. The Lambda API answers each warm-up with its environment's cold flag; the embedded
     fleet counts the environments it had to start."""
     warm = getattr(invoker, "warm", None)
     if warm is not None:
 
-        def lambda_round(n: int) -> Round:
-            done = warm(n)
+        def lambda_round(n: int, programs: Programs) -> Round:
+            done = warm(n, programs)
             return Round(done.answered, done.cold)
 
         return lambda_round
@@ -176,9 +176,9 @@ def _warm_rounds(invoker: Invoker) -> Callable[[int], Round] | None:
     if prewarm is None or not isinstance(counters, dict):
         return None
 
-    def fleet_round(n: int) -> Round:
+    def fleet_round(n: int, programs: Programs) -> Round:
         before = counters.get("cold", 0)
-        answered = prewarm(n)
+        answered = prewarm(n, programs)
         return Round(answered, counters.get("cold", 0) - before)
 
     return fleet_round
@@ -235,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     rounds = _warm_rounds(invoker) if invoker is not None else None
     pool = WarmPool(config.warm_pool, rounds, _idle(agent), agent.counters) if rounds is not None else None
     if pool is not None:
+        agent.warm_pool = pool
         pool.start()
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

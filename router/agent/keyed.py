@@ -22,6 +22,7 @@ from typing import Any
 import polars as pl
 
 from core.errors import ConfigError
+from core.offload_plan import KEY_GROUPS
 from core.wire.arrow_ipc import decode, encode
 from lambda_worker.keyed import KeyedProgram
 from lambda_worker.program import ProgramSpec
@@ -76,6 +77,21 @@ class KeyedAgent:
                 raise ConfigError(f"program {spec.node_ids} is not a keyed operator's step")
             known = self._programs[program_json] = (spec, program)
         return known
+
+    def warm(self, program_json: str) -> ProgramSpec:
+        """Compile a keyed program and run this agent's part of a seal once over made-up rows (its cut of
+        the state, the worker's step as the local fallback runs it, the join, the due times, packing),
+        storing and counting nothing: the first seals after a switch then cost what later ones do
+        (ADR 0045). The spec, for the warm-ups of the workers."""
+        spec, program = self._program(program_json)
+        state, parts, rows, watermark_ms = program.warm_batch()
+        needed, rest = program.select(state, program.touched(parts, rows), watermark_ms)
+        request = encode(seal_request(needed, parts, rows, watermark_ms), self.compression)
+        new_state, _, _ = read_answer(program.run_table(decode(request)))
+        joined = program.joined(new_state, rest)
+        program.next_due_by_group(joined, range(KEY_GROUPS))
+        encode(pack(joined, {}), self.compression)
+        return spec
 
     def stash(self, ref: ChunkRef, payload: bytes) -> None:
         self.store.stash(ref, decode(payload))

@@ -40,6 +40,7 @@ from router.agent.config import AgentConfig
 from router.agent.gate import secret_gate
 from router.agent.keyed import GroupVersion, KeyedAgent
 from router.agent.programs import ProgramRegistry, UnknownProgram
+from router.agent.warm_pool import WarmPool
 from router.agent.worker_link import CLOSE, StreamLink
 from router.dispatcher import ChunkFailed, ChunkOutcome, ChunkTask, Dispatcher
 from router.faults import AgentFaults
@@ -76,6 +77,7 @@ class AgentServer:
             else None
         )
         self.fleet: FleetManager | None = None
+        self.warm_pool: WarmPool | None = None  # set by whoever runs one (router/agent/cli.py)
         self._chunk_ids = iter(range(1, 1 << 62))
         self._ids_lock = threading.Lock()
         self._server: Any = None
@@ -373,6 +375,16 @@ class _Servicer:
         except (ConfigError, InputError) as e:
             self._fail(context, self.grpc.StatusCode.INVALID_ARGUMENT, type(e).__name__, e.one_line())
         return self.pb2.TouchedReply(payload=payload)
+
+    def Warm(self, request: Any, context: Any) -> Any:
+        keyed = self._keyed(context)
+        try:
+            spec = keyed.warm(request.program)
+        except (ConfigError, InputError) as e:
+            self._fail(context, self.grpc.StatusCode.INVALID_ARGUMENT, type(e).__name__, e.one_line())
+        pool = self.agent.warm_pool
+        warmed = pool.learn(spec.to_json()).answered if pool is not None else 0
+        return self.pb2.WarmReply(warmed=warmed)
 
     def HandBack(self, request: Any, context: Any) -> Any:
         keyed = self._keyed(context)

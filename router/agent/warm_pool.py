@@ -7,6 +7,12 @@ not publish: ADR 0039), and the next burst then pays a cold start per worker. A 
 every `keep_warm_s` seconds of idleness resets that clock for `pool` environments at the price of
 `pool` short invocations.
 
+Why warm-ups carry programs: an environment that has compiled a keyed operator's program and run it
+once over made-up rows answers its first real seal as fast as its later ones; one that has not pays
+polars' first runs of every operation on the first batches after a switch, where a burst's latency
+peaks (ADR 0045). The VM names its keyed programs once its query starts (`learn`); every later round
+warms with them.
+
 Why only while idle: while workers are connected or starting, their sessions hold the warm environments,
 so a warm-up would start new ones (cold, and billed) instead of keeping the pool; the sessions
 themselves keep their environments warm. The idle clock restarts whenever the fleet is busy, so the
@@ -16,11 +22,13 @@ too.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from core.errors import ConfigError
 from router import stats
@@ -72,14 +80,18 @@ class WarmPoolConfig:
         return min(MAX_POLL_S, (self.keep_warm_s or MAX_POLL_S) / 4)
 
 
+Programs = Sequence[Mapping[str, Any]]  # program specs as JSON objects (lambda_worker/program.py)
+
+
 class WarmPool:
     """Warms `config.prewarm` environments at start, then keeps `config.pool` warm while `idle()` says the
-    fleet has nothing to do. `warm(n)` runs one round of n concurrent warm-ups on the backend."""
+    fleet has nothing to do. `warm(n, programs)` runs one round of n concurrent warm-ups on the backend,
+    each compiling and warming `programs`."""
 
     def __init__(
         self,
         config: WarmPoolConfig,
-        warm: Callable[[int], Round],
+        warm: Callable[[int, Programs], Round],
         idle: Callable[[], bool],
         counters: stats.Counters,
         clock: Callable[[], float] = time.monotonic,
@@ -92,6 +104,8 @@ class WarmPool:
         self._since = clock()  # the fleet's last busy moment, or the last round
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._programs: dict[str, Mapping[str, Any]] = {}
+        self._programs_lock = threading.Lock()
 
     def start(self) -> None:
         if self.config.prewarm or self.config.keeps_warm:
@@ -102,6 +116,17 @@ class WarmPool:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+
+    def learn(self, program: Mapping[str, Any]) -> Round:
+        """Warm every later round with `program` too, and warm `pool` environments with it now if the
+        fleet is idle (a busy fleet's sessions hold the environments: a warm-up would start new ones)."""
+        with self._programs_lock:
+            self._programs[json.dumps(program, sort_keys=True)] = program
+        if not self._idle():
+            return Round(0, 0)
+        done = self._round(self.config.pool)
+        self._counters.add(stats.PROGRAM_WARM_UPS, done.answered)
+        return done
 
     def prewarm(self) -> Round:
         """The start-up round: counted as workers_prewarmed."""
@@ -127,8 +152,10 @@ class WarmPool:
         return done
 
     def _round(self, n: int) -> Round:
+        with self._programs_lock:
+            programs = list(self._programs.values())
         try:
-            return self._warm(n)
+            return self._warm(n, programs)
         except Exception as e:  # a round that failed only costs a later cold start; the loop goes on
             logger.warning("a warm-up round of %d failed: %s", n, e)
             return Round(0, 0)

@@ -32,7 +32,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -364,7 +364,7 @@ class EmbeddedFleet(Invoker):
                 for e in self._all
             ]
 
-    def prewarm(self, n: int, program: Mapping[str, Any] | None = None, timeout_s: float = 60.0) -> int:
+    def prewarm(self, n: int, programs: Sequence[Mapping[str, Any]] = (), timeout_s: float = 60.0) -> int:
         """Start up to `n` environments and warm them (imports, program compile); returns how many warmed.
 
         The paper's keep-warm policy (section 4.4): idle warm environments make the next invokes warm.
@@ -372,7 +372,7 @@ class EmbeddedFleet(Invoker):
         handles = []
         for _ in range(n):
             try:
-                handles.append(self.invoke_async({"warmup": True, "program": program}))
+                handles.append(self.invoke_async({"warmup": True, "programs": list(programs)}))
             except Throttled:
                 break
         ok = 0

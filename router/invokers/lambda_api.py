@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -181,7 +181,7 @@ class Boto3Invoker(Invoker):
             handle.set_exception(InvokeFailed(f"{type(e).__name__}: {e}", error_type=type(e).__name__))
 
     def warm(
-        self, n: int, program: Mapping[str, Any] | None = None, hold_s: float = WARMUP_HOLD_S
+        self, n: int, programs: Sequence[Mapping[str, Any]] = (), hold_s: float = WARMUP_HOLD_S
     ) -> WarmRound:
         """n concurrent synchronous warm-up invocations (see the module doc); never raises for one that
         fails or is throttled: a warm-up that did not happen only costs a later cold start."""
@@ -189,8 +189,8 @@ class Boto3Invoker(Invoker):
         if n <= 0:
             return WarmRound(0, (), 0.0)
         event: dict[str, Any] = {"warmup": True, "hold_s": hold_s}
-        if program is not None:
-            event["program"] = dict(program)
+        if programs:
+            event["programs"] = [dict(p) for p in programs]
         payload = json.dumps(event).encode()
         # A pool of the round's own: the invoker's pool may be held by synchronous worker sessions, and
         # a warm-up queued behind another would not overlap it.
@@ -213,9 +213,11 @@ class Boto3Invoker(Invoker):
             )
         return WarmRound(n, tuple(answers), time.monotonic() - started)
 
-    def prewarm(self, n: int, program: Mapping[str, Any] | None = None, hold_s: float = WARMUP_HOLD_S) -> int:
+    def prewarm(
+        self, n: int, programs: Sequence[Mapping[str, Any]] = (), hold_s: float = WARMUP_HOLD_S
+    ) -> int:
         """Warm n environments of the deployed function at once; returns how many of them were cold."""
-        return self.warm(n, program, hold_s).cold
+        return self.warm(n, programs, hold_s).cold
 
     def invoke(self, payload: bytes, invocation_type: str | None = None) -> InvokeResult:
         """One invocation, synchronously, with the retries and mappings described in the module doc;

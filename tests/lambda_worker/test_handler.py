@@ -62,7 +62,7 @@ def test_warmup_compiles_the_program_and_later_invocations_are_warm() -> None:
     from lambda_worker import handler as h
 
     program = {"query": "q7", "node_ids": ["key_by1", "window_aggregate2"]}
-    first = h.handler({"warmup": True, "program": program}, FakeContext(10))
+    first = h.handler({"warmup": True, "programs": [program]}, FakeContext(10))
     second = h.handler({"warmup": True}, FakeContext(10))
     assert first["warm"] and second["warm"] and second["cold_start"] is False
     assert len(h.STATE.program_cache()) >= 1
@@ -91,3 +91,16 @@ def test_a_bad_descriptor_fails_the_invocation_with_its_reason() -> None:
 
     with pytest.raises(Exception, match="lacks"):
         h.handler({"session_id": "s"}, FakeContext(10))
+
+
+def test_a_warm_up_naming_a_keyed_program_runs_it_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    from lambda_worker import handler as h
+    from lambda_worker.keyed import KeyedProgram
+
+    ran: list[str] = []
+    warm = KeyedProgram.warm
+    monkeypatch.setattr(KeyedProgram, "warm", lambda self: (ran.append(self.node_id), warm(self))[1])
+    keyed = {"query": "q4", "node_ids": ["winner_at_close6"]}
+    chain = {"query": "q7", "node_ids": ["key_by1", "window_aggregate2"]}
+    assert h.handler({"warmup": True, "programs": [keyed, chain]}, FakeContext(10))["warm"]
+    assert ran == ["winner_at_close6"]  # the chain has no made-up batch: compiled only

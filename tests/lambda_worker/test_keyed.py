@@ -115,3 +115,27 @@ def test_seals_of_q3s_join_emit_each_pair_once_as_the_reference_does() -> None:
 def test_a_windowed_join_has_no_keyed_step() -> None:
     with pytest.raises(PlanError, match="no keyed step"):
         KeyedProgram.from_plan(get_query("q8").plan(QueryParams()), "window_join6")
+
+
+KEYED_PROGRAMS = [
+    ("q3", "window_join8"),
+    ("q4", "winner_at_close6"),
+    ("q6", "winner_at_close6"),
+    ("q6", "latest_aggregate8"),
+]
+
+
+@pytest.mark.parametrize(("query", "node"), KEYED_PROGRAMS)
+def test_every_keyed_program_warms_over_a_made_up_batch_of_its_own_layout(query: str, node: str) -> None:
+    """The warm-up's batch is typed as the step's input and each input's source, holds WARM_KEYS keys
+    in its state, and goes through a whole seal."""
+    from lambda_worker.keyed import WARM_KEYS
+
+    program = ProgramSpec(query, (node,)).compile()
+    assert isinstance(program, KeyedProgram)
+    state, parts, rows, _ = program.warm_batch()
+    assert rows.columns == program.spec.columns and rows.height >= WARM_KEYS
+    assert dict(rows.schema) == {c: program.types[c] for c in program.spec.columns}
+    assert program.key_count(state) == WARM_KEYS
+    assert {e: set(f.columns) for e, f in parts.items()} == {i.entity: set(i.source) for i in program.inputs}
+    program.warm()

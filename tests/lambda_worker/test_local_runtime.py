@@ -55,8 +55,8 @@ def test_cold_start_then_warm_reuse_of_the_same_process(tmp_path) -> None:  # ty
     fleet = EmbeddedFleet(EmbeddedFleetConfig(concurrency_limit=1, log_path=str(tmp_path / "w.log")))
     try:
         program = {"query": "q5", "node_ids": ["map1", "key_by2", "window_aggregate3"]}
-        cold = fleet.invoke_async({"warmup": True, "program": program}).result(60)
-        warm = fleet.invoke_async({"warmup": True, "program": program}).result(60)
+        cold = fleet.invoke_async({"warmup": True, "programs": [program]}).result(60)
+        warm = fleet.invoke_async({"warmup": True, "programs": [program]}).result(60)
         assert cold.payload["cold_start"] is True and warm.payload["cold_start"] is False
         envs = fleet.environments()
         assert len(envs) == 1 and envs[0].invocations == 2 and fleet.counters["cold"] == 1

@@ -127,3 +127,24 @@ def test_a_lazy_fetch_takes_the_keys_the_records_name_and_the_counters_say_what_
     figures = stats.handoffs(agent.counters.snapshot())["winner_at_close6"]
     assert figures["keys_fetched"] == second.num_rows and figures["keys_returned"] == mine.num_rows
     assert figures["state_bytes_moved"] > 0
+
+
+def test_warming_a_program_stores_counts_and_offloads_nothing(
+    make_agent: Callable[..., AgentServer], secret: bytes, tmp_path: Path
+) -> None:
+    """The agent's part of a warm-up runs a made-up seal in place: no state version, no chunk, no count
+    of records; the first real seal of a group then starts from nothing, as it would have."""
+    agent = make_agent(_fleet(tmp_path), agent={"handoff_dir": tmp_path / "handoff"})
+    client = AgentClient(agent.address, secret)
+    assert client.warm(Q4) == 0  # no warm pool in this agent: only its own part ran
+    assert not [p for p in (tmp_path / "handoff").rglob("*") if p.is_file()]
+    assert not {k: v for k, v in agent.counters.snapshot().items() if v}
+    table = _records("auction")
+    client.stash("auction", 0, EVENTS, 0, table)
+    g = int(table[GROUP][0].as_py())
+    client.seal(Q4, [(g, 0, True)], [("auction", 0, EVENTS, 0)], None, None, 0)
+    state = unpack(client.hand_back(Q4, g, 1))[0]
+    program = Q4.compile()
+    assert isinstance(program, KeyedProgram)
+    want = pl.from_arrow(table).filter(pl.col(GROUP) == g).height  # type: ignore[union-attr]
+    assert program.key_count(state) == want  # its auctions, none of the warm-up's made-up keys

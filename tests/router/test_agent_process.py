@@ -222,3 +222,27 @@ def test_the_embedded_fleet_is_kept_warm_while_the_agent_is_idle(tmp_path) -> No
     totals = agent.totals()
     assert totals["workers_prewarmed"] == 2 and totals["keep_warm_pings"] >= 6, totals
     assert totals["keep_warm_cold"] == 0, "the pool's environments were pinged, none started anew"
+
+
+@pytest.mark.slow  # the agent and two warm workers as their own processes
+def test_a_keyed_program_named_before_a_switch_warms_the_idle_pool_without_a_cold_start(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from lambda_worker.program import ProgramSpec
+    from router.client import AgentClient
+
+    config = AgentProcessConfig(
+        secret_file=write_secret(tmp_path / "secret"),
+        max_workers=2,
+        prewarm=2,
+        log_path=tmp_path / "workers.log",
+        handoff_dir=tmp_path / "handoff",
+        start_timeout_s=30,
+    )
+    with AgentProcess(config) as agent:
+        assert agent.wait_warm(2, 30)
+        client = AgentClient(agent.address, (tmp_path / "secret").read_bytes())
+        assert client.warm(ProgramSpec("q4", ("winner_at_close6",))) == 2
+        client.close()
+    totals = agent.totals()
+    assert totals["workers_prewarmed"] == 2 and totals["program_warm_ups"] == 2, totals
+    assert totals["workers_started"] == totals["chunks_submitted"] == 0, totals  # no session, no chunk
+    assert not [k for k, v in totals.items() if k.startswith("operator_offloaded") and v]

@@ -1,5 +1,6 @@
 """The warm pool: a start-up round counted as prewarmed, keep-warm rounds only after `keep_warm_s` of an
-idle fleet (a busy fleet restarts the clock), the pool's size each round, and keep-warm that can be off.
+idle fleet (a busy fleet restarts the clock), the pool's size each round, keep-warm that can be off, and
+the programs the VM names: warmed at once while idle, carried by every later round.
 
 The clock is the test's, so each case says exactly when a round is due; the rounds are recorded, not run
 on a backend (tests/infra/test_keep_warm.py runs them on a deployed function).
@@ -12,7 +13,7 @@ import pytest
 from core.errors import ConfigError
 from router import stats
 from router.agent.cli import main
-from router.agent.warm_pool import Round, WarmPool, WarmPoolConfig
+from router.agent.warm_pool import Programs, Round, WarmPool, WarmPoolConfig
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -24,12 +25,14 @@ class Rig:
         self.now = 1000.0
         self.busy = False
         self.rounds: list[int] = []
+        self.programs: list[list[str]] = []  # each round's programs, by query
         self.counters = stats.Counters()
         self._cold, self._fail = cold, fail
         self.pool = WarmPool(config, self._warm, lambda: not self.busy, self.counters, clock=lambda: self.now)
 
-    def _warm(self, n: int) -> Round:
+    def _warm(self, n: int, programs: Programs) -> Round:
         self.rounds.append(n)
+        self.programs.append([p["query"] for p in programs])
         if self._fail:
             raise RuntimeError("the function is gone")
         return Round(answered=n, cold=min(self._cold, n))
@@ -67,6 +70,26 @@ def test_the_start_up_round_counts_as_prewarmed_and_starts_the_clock() -> None:
     assert rig.at(69.0) is None and rig.at(70.0) == Round(2, 2)
 
 
+def test_a_program_named_while_idle_warms_the_pool_now_and_rides_every_later_round() -> None:
+    rig = Rig(WarmPoolConfig(prewarm=2, pool=3, keep_warm_s=60.0))
+    assert rig.pool.prewarm() == Round(2, 0) and rig.programs == [[]]
+    assert rig.pool.learn({"query": "q4", "node_ids": ["winner_at_close6"]}) == Round(3, 0)
+    assert rig.pool.learn({"query": "q4", "node_ids": ["winner_at_close6"]}) == Round(3, 0)  # known: once
+    assert rig.pool.learn({"query": "q3", "node_ids": ["window_join8"]}) == Round(3, 0)
+    assert rig.programs[1:] == [["q4"], ["q4"], ["q4", "q3"]]
+    assert rig.counters.get(stats.PROGRAM_WARM_UPS) == 9 and rig.counters.get(stats.WORKERS_PREWARMED) == 2
+    assert rig.at(60.0) == Round(3, 0) and rig.programs[-1] == ["q4", "q3"]
+
+
+def test_a_program_named_while_the_fleet_is_busy_waits_for_the_next_round() -> None:
+    rig = Rig(WarmPoolConfig(pool=2, keep_warm_s=60.0))
+    rig.busy = True  # its sessions hold the environments: a warm-up now would start a cold one
+    assert rig.pool.learn({"query": "q6", "node_ids": ["winner_at_close6"]}) == Round(0, 0)
+    assert rig.at(50.0) is None and rig.rounds == [] and rig.counters.get(stats.PROGRAM_WARM_UPS) == 0
+    rig.busy = False
+    assert rig.at(109.0) is None and rig.at(110.0) == Round(2, 0) and rig.programs == [["q6"]]
+
+
 def test_a_failed_round_costs_only_that_round() -> None:
     rig = Rig(WarmPoolConfig(pool=2, keep_warm_s=10.0), fail=True)
     assert rig.at(10.0) == Round(0, 0) and rig.at(20.0) == Round(0, 0)
@@ -89,7 +112,7 @@ def test_a_real_loop_prewarms_then_keeps_warm() -> None:
     rounds: list[int] = []
     pinged = threading.Event()
 
-    def warm(n: int) -> Round:
+    def warm(n: int, programs: Programs) -> Round:
         rounds.append(n)
         if len(rounds) >= 2:
             pinged.set()
