@@ -365,6 +365,7 @@ class OffloadSession:
             "cache_hits": totals.get("cache_hits", 0),
             "workers_prewarmed": totals.get("workers_prewarmed", 0),
             "keep_warm_s": self.config.keep_warm_s or 0,
+            "program_warm_ups": totals.get("program_warm_ups", 0),
             "keep_warm_pings": totals.get("keep_warm_pings", 0),
             "keep_warm_cold": totals.get("keep_warm_cold", 0),
             "agent_restarts": self.agent.restarts if self.agent is not None else 0,

@@ -118,13 +118,15 @@ class WarmPool:
             self._thread.join(timeout=5)
 
     def learn(self, program: Mapping[str, Any]) -> Round:
-        """Warm every later round with `program` too, and warm `pool` environments with it now if the
-        fleet is idle (a busy fleet's sessions hold the environments: a warm-up would start new ones)."""
+        """Warm every later round with `program` too, and warm the environments this pool keeps (`pool`
+        with keep-warm, else the `prewarm` ones) with it now if the fleet is idle: a busy fleet's sessions
+        hold the environments, and a warm-up would start new ones."""
         with self._programs_lock:
             self._programs[json.dumps(program, sort_keys=True)] = program
-        if not self._idle():
+        n = self.config.pool if self.config.keeps_warm else self.config.prewarm
+        if not n or not self._idle():
             return Round(0, 0)
-        done = self._round(self.config.pool)
+        done = self._round(n)
         self._counters.add(stats.PROGRAM_WARM_UPS, done.answered)
         return done
 

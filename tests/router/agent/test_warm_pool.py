@@ -90,6 +90,15 @@ def test_a_program_named_while_the_fleet_is_busy_waits_for_the_next_round() -> N
     assert rig.at(109.0) is None and rig.at(110.0) == Round(2, 0) and rig.programs == [["q6"]]
 
 
+@pytest.mark.parametrize(("prewarm", "keep_warm_s", "now"), [(0, None, 0), (2, None, 2), (2, 0.0, 2)])
+def test_without_keep_warm_a_program_warms_only_the_prewarmed_environments(
+    prewarm: int, keep_warm_s: float | None, now: int
+) -> None:
+    rig = Rig(WarmPoolConfig(prewarm=prewarm, pool=3, keep_warm_s=keep_warm_s))
+    assert rig.pool.learn({"query": "q4", "node_ids": ["winner_at_close6"]}) == Round(now, 0)
+    assert rig.rounds == ([now] if now else [])  # none asked for: no environment is started for it
+
+
 def test_a_failed_round_costs_only_that_round() -> None:
     rig = Rig(WarmPoolConfig(pool=2, keep_warm_s=10.0), fail=True)
     assert rig.at(10.0) == Round(0, 0) and rig.at(20.0) == Round(0, 0)
