@@ -103,7 +103,7 @@ def run_batch(
     outs: list[pl.DataFrame] = []
     with ThreadPoolExecutor(service.subscales if service else 1, thread_name_prefix="seal") as pool:
         rest: Callable[[], Frames] = lambda: vm  # noqa: E731
-        sealed: list[tuple[list[_Sealing], Future[Answer]]] = []
+        sealed: list[tuple[list[_Sealing], Future[_Answer]]] = []
         if service is not None:
             receipts = new.filter(pl.col(SIDE) == RECEIPT_SIDE) if new is not None else None
             local, rest, sealed = _groups_elsewhere(
@@ -128,7 +128,7 @@ def run_batch(
 
 
 _Sealing = tuple[int, GroupState, Decision, pl.DataFrame | None]  # a group, its state, decision, rows
-Answer = tuple[pl.DataFrame | None, dict[int, int | None]]  # a seal's outputs, each group's next due
+_Answer = tuple[pl.DataFrame | None, dict[int, int | None]]  # a seal's outputs, each group's next due
 
 
 def _groups_elsewhere(
@@ -142,7 +142,7 @@ def _groups_elsewhere(
     watermark_ms: int,
     owned: frozenset[int],
     pool: ThreadPoolExecutor,
-) -> tuple[pl.DataFrame | None, Callable[[], Frames], list[tuple[list[_Sealing], Future[Answer]]]]:
+) -> tuple[pl.DataFrame | None, Callable[[], Frames], list[tuple[list[_Sealing], Future[_Answer]]]]:
     """Carry out each group's decision but the VM's own step: the rows left to the VM, its state
     (to compute when needed, while the seals run) and the seals under way. The seals of different
     groups are independent and run at once (DRRS's subscales)."""
@@ -186,8 +186,8 @@ def _groups_elsewhere(
     for lane, k, p, r in zip(lanes, keys, parts, rows, strict=True):
         moved, leaving = take(spec, leaving, k)
         some = any(f is not None and f.height for f in moved.values())
-        groups_ = [(g, st.version, d.move_in) for g, st, d, _ in lane]
-        seal = pool.submit(service.seal, groups_, p, moved if some else None, r, watermark_ms)
+        versions = [(g, st.version, d.move_in) for g, st, d, _ in lane]
+        seal = pool.submit(service.seal, versions, p, moved if some else None, r, watermark_ms)
         sealed.append((lane, seal))
     return local, rest, sealed
 
