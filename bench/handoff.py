@@ -13,11 +13,14 @@ other in one run (this machine is shared: only the ratio is compared):
 
 - all-at-once: a group's whole state moves with its first seal (ADR 0024);
 - lazy: a seal takes only the keys its records are of (ADR 0025);
-- progressive: as lazy, and each batch moves `--round-keys` more keys still on the VM (ADR 0034).
+- progressive: as lazy, and each batch moves `--round-keys` more keys still on the VM (ADR 0034);
+- vm-only, first, as the reference: no switch, no agent; the VM's step takes every record over its
+  whole state, as before a burst (the thesis's "ready-state" latency, against which its migrations
+  are judged).
 
 Printed per strategy: p50/p99/max latency, batches, keys fetched and state bytes moved (the agent's
 counters), and the keys still on the VM at the end (none once a migration completed); the JSON line
-carries `p99_ratio_lazy_vs_all_at_once` (lazy p99 / all-at-once p99).
+carries `p99_ratio_lazy_vs_all_at_once` (lazy p99 / all-at-once p99) and `p99_ratio_lazy_vs_vm_only`.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ QUERY, NODE = "q4", "winner_at_close6"
 T0_US = 1_700_000_000 * 1_000_000  # event time of the switch
 US = 1_000_000
 CHUNK_ROWS = 16_384
+VM_ONLY = "vm-only"  # the reference run: no handoff, the VM steps every record
 METHOD = (__doc__ or "").split("Method. ", 1)[1].split("\n\nPrinted", 1)[0].replace("\n", " ")
 
 
@@ -109,20 +113,29 @@ def _receipts(table: pa.Table, start: int, end: int, seq: int) -> pl.DataFrame:
 
 
 def handoff(
-    address: str, secret_file: Path, fetch: Fetch, state: Frames, records: pa.Table, args: Any
+    address: str | None, secret_file: Path, fetch: Fetch | None, state: Frames, records: pa.Table, args: Any
 ) -> dict[str, Any]:
-    """One handoff: every group switches at once, the records arrive at `args.rate`; the latencies."""
+    """One handoff: every group switches at once, the records arrive at `args.rate`; the latencies.
+    `fetch` None: no handoff, the VM steps every record over its state (the reference: no agent)."""
     from router.client import shared_client
     from router.seal_service import AgentSealService
 
     spec = ProgramSpec(QUERY, (NODE,))
     program = spec.compile()
     assert isinstance(program, KeyedProgram)
-    service = AgentSealService(
-        address, str(secret_file), spec.dumps(), fetch, subscales=args.subscales, round_keys=args.round_keys
-    )
-    service.warm()  # as the query's start does (core/spark/offload_session.py)
-    client = shared_client(address, str(secret_file), 600.0)
+    service = client = None
+    if fetch is not None:
+        assert address is not None
+        service = AgentSealService(
+            address,
+            str(secret_file),
+            spec.dumps(),
+            fetch,
+            subscales=args.subscales,
+            round_keys=args.round_keys,
+        )
+        service.warm()  # as the query's start does (core/spark/offload_session.py)
+        client = shared_client(address, str(secret_file), 600.0)
     empty = pl.DataFrame(schema={c: program.types[c] for c in program.spec.columns})
     layout = pl.concat(
         [
@@ -146,20 +159,23 @@ def handoff(
             time.sleep(max(0.0, arrival[taken] - (time.monotonic() - started)))
             continue
         batch = records.slice(taken, ready - taken)
-        receipts = []
-        for seq, i in enumerate(range(0, batch.num_rows, CHUNK_ROWS)):
-            chunk = batch.slice(i, CHUNK_ROWS)
-            client.stash("bid", taken, ready, seq, chunk)
-            receipts.append(_receipts(chunk, taken, ready, seq))
-        new = pl.concat([layout, *receipts], how="diagonal_relaxed")
-        done = run_batch(program.spec, service, fetch, vm, held, new, watermark_ms)
+        if client is None:
+            new = program.staged({"bid": pl.from_arrow(batch)})  # type: ignore[dict-item]
+        else:
+            receipts = []
+            for seq, i in enumerate(range(0, batch.num_rows, CHUNK_ROWS)):
+                chunk = batch.slice(i, CHUNK_ROWS)
+                client.stash("bid", taken, ready, seq, chunk)
+                receipts.append(_receipts(chunk, taken, ready, seq))
+            new = pl.concat([layout, *receipts], how="diagonal_relaxed")
+        done = run_batch(program.spec, service, fetch or Fetch.LAZY, vm, held, new, watermark_ms)
         latencies[taken:ready] = (time.monotonic() - started) - arrival[taken:ready]
         vm, held = done.state, done.held
         last = batch["date_time"][-1].value
         watermark_ms = max(watermark_ms, last // 1000)
         taken, batches = ready, batches + 1
     return {
-        "fetch": fetch.value,
+        "fetch": fetch.value if fetch is not None else VM_ONLY,
         "batches": batches,
         "records": total,
         "p50_s": round(float(np.percentile(latencies, 50)), 4),
@@ -179,7 +195,9 @@ def measure(args: argparse.Namespace, say: Callable[[str], None] = _say) -> dict
     say(f"building the VM's state: {args.keys:,} open auctions")
     state = vm_state(program, args.keys)
     records = bids(int(args.rate * args.seconds), args.keys, args.rate, args.seed)
-    runs = []
+    say(f"{VM_ONLY}: {records.num_rows:,} bids at {args.rate:,.0f}/s, no handoff")
+    runs = [handoff(None, Path(), None, state, records, args)]
+    say(f"{VM_ONLY}: p99 {runs[0]['p99_s']:.3f} s over {runs[0]['batches']} batches")
     with tempfile.TemporaryDirectory(prefix="sponge-bench-handoff-") as tmp:
         for fetch in (Fetch.ALL_AT_ONCE, Fetch.LAZY, Fetch.PROGRESSIVE):
             work = Path(tmp) / fetch.value
@@ -216,6 +234,7 @@ def measure(args: argparse.Namespace, say: Callable[[str], None] = _say) -> dict
         "seed": args.seed,
         "runs": runs,
         "p99_ratio_lazy_vs_all_at_once": round(ratio, 4),
+        "p99_ratio_lazy_vs_vm_only": round(by[Fetch.LAZY]["p99_s"] / by[VM_ONLY]["p99_s"], 4),
         "elapsed_s": round(time.time() - started, 1),
     }
 
@@ -239,7 +258,10 @@ def render(report: dict[str, Any]) -> Any:
             f"{r.get('state_bytes_moved', 0):,}",
             f"{r['keys_left_on_vm']:,}",
         )
-    table.caption = f"p99 lazy / all-at-once = {report['p99_ratio_lazy_vs_all_at_once']:.4f}"
+    table.caption = (
+        f"p99 lazy / all-at-once = {report['p99_ratio_lazy_vs_all_at_once']:.4f}; "
+        f"lazy / no handoff = {report['p99_ratio_lazy_vs_vm_only']:.2f}"
+    )
     return table
 
 

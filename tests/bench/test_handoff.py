@@ -65,7 +65,10 @@ def test_a_small_run_prints_every_strategy_and_the_ratio() -> None:
     )
     report = json.loads(done.stdout.strip().splitlines()[-1])
     runs = {r["fetch"]: r for r in report["runs"]}
-    assert set(runs) == {"all-at-once", "lazy", "progressive"} and report["p99_ratio_lazy_vs_all_at_once"] > 0
+    assert set(runs) == {"vm-only", "all-at-once", "lazy", "progressive"}
+    assert report["p99_ratio_lazy_vs_all_at_once"] > 0 and report["p99_ratio_lazy_vs_vm_only"] > 0
+    alone = runs.pop("vm-only")
+    assert alone["keys_left_on_vm"] == 5_000 and "keys_fetched" not in alone  # no agent: nothing moved
     whole, lazy, rounds = runs["all-at-once"], runs["lazy"], runs["progressive"]
     assert whole["keys_fetched"] == 5_000 and whole["keys_left_on_vm"] == 0  # the whole state moved
     assert 0 < lazy["keys_fetched"] < 5_000  # only keys some bid named
