@@ -5,6 +5,12 @@ demand (one worker per waiting or running chunk, capped by `max_workers` and the
 concurrency limit) into invocations, counts what the backend says (started, throttled, failed),
 backs off after a throttle instead of hammering the API, and remembers which worker ids it invoked
 so that only those may connect (a Hello from any other id is refused even with a valid token).
+
+Why a worker refused for its build stops the starts for a while: the deployed function runs other
+sources than the agent, so every worker it starts will be refused too. Starting the next one as soon
+as the last one's invocation ends made hundreds of paid invocations a minute, each refused; instead
+the fleet starts none for `refused_backoff_s` (the agent runs the chunks itself meanwhile), then tries
+again, in case the function was redeployed.
 """
 
 from __future__ import annotations
@@ -27,7 +33,8 @@ from router.invokers.base import InvokeFailed, InvokeHandle, Invoker, Throttled
 @dataclass(frozen=True)
 class FleetConfig:
     """`start_timeout_s`: an invoked worker that has not connected by then stops counting as capacity.
-    `admission_s`: how long its id stays admissible (at least the function timeout)."""
+    `admission_s`: how long its id stays admissible (at least the function timeout).
+    `refused_backoff_s`: no worker is started for that long after one was refused for its build."""
 
     max_workers: int = 4
     start_timeout_s: float = 15.0
@@ -35,6 +42,7 @@ class FleetConfig:
     idle_timeout_s: float = 10.0
     safety_margin_s: float = 2.0
     admission_s: float = 900.0
+    refused_backoff_s: float = 30.0
     compression: str = "zstd"
 
     def __post_init__(self) -> None:
@@ -50,6 +58,7 @@ class FleetConfig:
             "idle_timeout_s",
             "safety_margin_s",
             "admission_s",
+            "refused_backoff_s",
         ):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)}")
@@ -171,6 +180,15 @@ class FleetManager:
             self._connected.add(worker_id)
             self.startups.append((cold_start, time.monotonic() - invoked))
             return True
+
+    def refused(self, worker_id: str) -> None:
+        """Worker `worker_id`, which this fleet invoked, was refused for the build it runs: start no
+        worker for `refused_backoff_s` (see the module doc)."""
+        with self._lock:
+            self._starting.pop(worker_id, None)
+            self._admissible.pop(worker_id, None)
+            until = time.monotonic() + self.config.refused_backoff_s
+            self._backoff_until = max(self._backoff_until, until)
 
     def gone(self, worker_id: str) -> None:
         with self._lock:

@@ -471,7 +471,12 @@ class _Servicer:
                 f"agent build {agent.config.build}: deploy this build (sponge deploy), or start the "
                 "agent from the deployed sources"
             )
-            logger.warning("refused a worker: %s", message)
+            agent.fleet.refused(hello.worker_id)
+            logger.warning(
+                "refused a worker: %s; no worker is started for %g s, chunks run in the agent meanwhile",
+                message,
+                agent.config.fleet.refused_backoff_s,
+            )
             self._reject(context, grpc.StatusCode.FAILED_PRECONDITION, message)
         if not agent.fleet.admit(hello.worker_id, hello.cold_start):
             self._reject(context, grpc.StatusCode.UNAUTHENTICATED, "unknown worker or wrong session secret")

@@ -241,7 +241,9 @@ def test_a_worker_of_another_build_is_refused_and_its_chunks_run_elsewhere(
     with AgentClient(other.address, secret) as client:
         result = client.offload(1, 0, 0, Q5, bids(2_000))
     assert result.ran_locally and other.stats()[stats.REJECTED_WORKERS] >= 1
-    assert "deploy this build" in caplog.text
+    assert "deploy this build" in caplog.text and "no worker is started for" in caplog.text
+    time.sleep(1.0)  # many ticks of the agent's scaling: a refused build starts no more workers
+    assert other.stats()[stats.WORKERS_STARTED] <= other.config.fleet.max_workers
     deadline = time.monotonic() + 10
     while not invoker.results:
         assert time.monotonic() < deadline, "the refused worker's invocation never ended"

@@ -1,4 +1,5 @@
-"""Starting workers: caps, throttle back-off, admission of invoked workers only."""
+"""Starting workers: caps, throttle back-off, back-off after a worker of another build, admission of
+invoked workers only."""
 
 from __future__ import annotations
 
@@ -78,6 +79,25 @@ def test_a_throttle_reported_by_the_handle_is_counted_backs_off_and_started_no_w
     assert c.get(stats.THROTTLES) == 1 and c.get(stats.WORKERS_STARTED) == 1
     assert fm.starting == 1 and not fm.admit(inv.events[1]["worker_id"])
     assert fm.want(3) == 0 and len(inv.events) == 2  # backing off: no new attempt
+
+
+def test_a_worker_refused_for_its_build_stops_the_starts_for_a_while() -> None:
+    """Every worker of a function deployed from other sources is refused: the fleet must not start one
+    after another as each invocation ends (hundreds of paid invocations a minute)."""
+    inv = ScriptedInvoker(100)
+    fm, c = _fleet(inv, refused_backoff_s=60.0)
+    assert fm.want(3) == 3
+    first = inv.events[0]["worker_id"]
+    fm.refused(first)
+    assert fm.starting == 2 and not fm.admit(first)
+    inv.handles[0].set_result(InvokeResult(True, {}))  # its invocation ends, refused
+    assert fm.want(3) == 0 and len(inv.events) == 3  # backing off: no new attempt
+    assert c.get(stats.WORKERS_STARTED) == 3
+    again = ScriptedInvoker(100)
+    fm, _ = _fleet(again, refused_backoff_s=0.0)
+    assert fm.want(1) == 1
+    fm.refused(again.events[0]["worker_id"])
+    assert fm.want(2) == 2  # after the back-off, starts go on (the function may have been redeployed)
 
 
 def test_only_invoked_workers_are_admitted_once() -> None:
