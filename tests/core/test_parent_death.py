@@ -91,12 +91,8 @@ def test_arm_reports_the_request_and_exits_when_the_parent_is_already_gone() -> 
     def run(parent_pid: str) -> subprocess.CompletedProcess[str]:
         code = "import sys; from core import parent_death; print(parent_death.arm(int(sys.argv[1])))"
         return subprocess.run(
-            [sys.executable, "-c", code, parent_pid],
-            cwd=PROJECT_ROOT,
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
+            [sys.executable, "-c", code, parent_pid], cwd=PROJECT_ROOT, capture_output=True, text=True,
+            timeout=30, check=False,
         )
 
     ours = run(str(os.getpid()))
@@ -111,10 +107,7 @@ def test_importing_it_loads_nothing_heavy() -> None:
     code = "import sys; from core import parent_death; print(*(m in sys.modules for m in sys.argv[1:]))"
     p = subprocess.run(
         [sys.executable, "-c", code, "ctypes", "psutil"],
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
+        cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=30, check=True,
     )
     assert p.stdout.split() == ["False", "False"]
+

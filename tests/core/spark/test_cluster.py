@@ -49,13 +49,8 @@ def drive(master_url: str) -> None:
     spark = spark_session(SparkConfig(master=master_url, app_name="sponge-cluster-test"))
     sc = spark.sparkContext
     total = sc.parallelize(range(1000), 2).map(lambda x: x * 2).sum()
-    emit(
-        event="first_job",
-        total=total,
-        executors=executors(sc),
-        session_s=time.monotonic() - t0,
-        affinity=sorted({tuple(a) for a in sc.parallelize(range(2), 2).map(where).collect()}),
-    )
+    emit(event="first_job", total=total, executors=executors(sc), session_s=time.monotonic() - t0,
+         affinity=sorted({tuple(a) for a in sc.parallelize(range(2), 2).map(where).collect()}))
     sys.stdin.readline()  # the test has asked for a second worker
     deadline = time.monotonic() + 45
     while executors(sc) < 2 and time.monotonic() < deadline:
@@ -114,17 +109,12 @@ def test_an_application_gains_an_executor_when_a_worker_joins(tmp_path: Path) ->
     pids: list[int] = []
     try:
         cluster.start()
-        print(
-            f"\nmaster ready {cluster.timings['master_ready_s']:.1f} s, "
-            f"master + 1 worker registered {cluster.timings['cluster_ready_s']:.1f} s"
-        )
+        print(f"\nmaster ready {cluster.timings['master_ready_s']:.1f} s, "
+              f"master + 1 worker registered {cluster.timings['cluster_ready_s']:.1f} s")
         assert len(cluster.alive_workers()) == 1
         driver = subprocess.Popen(
             [sys.executable, "-c", DRIVE, cluster.master_url],
-            cwd=PROJECT_ROOT,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
+            cwd=PROJECT_ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         )
         assert driver.stdout is not None and driver.stdin is not None
         one = json.loads(driver.stdout.readline() or "{}")
@@ -147,11 +137,9 @@ def test_an_application_gains_an_executor_when_a_worker_joins(tmp_path: Path) ->
         two = json.loads(driver.stdout.readline() or "{}")
         assert two.get("event") == "second_executor" and two["executors"] == 2
         usable_s = two["seen_at"] - pending.launched_at
-        print(
-            f"add_worker: launched {pending.launched_at - pending.requested_at:.1f} s after the call, "
-            f"registered {pending.registration_s:.1f} s after launch, "
-            f"executor usable {usable_s:.1f} s after launch"
-        )
+        print(f"add_worker: launched {pending.launched_at - pending.requested_at:.1f} s after the call, "
+              f"registered {pending.registration_s:.1f} s after launch, "
+              f"executor usable {usable_s:.1f} s after launch")
         if PIN:
             assert two["affinity"] == [[CPUS[0]], [CPUS[1]]]  # tasks ran on both "VMs"
             (executor,) = _executor_jvms(pending.pid or 0)
@@ -183,12 +171,8 @@ time.sleep(600)
 @pytest.mark.spark
 @pytest.mark.slow
 def test_a_killed_owner_leaves_no_master_or_worker(tmp_path: Path) -> None:
-    owner = subprocess.Popen(
-        [sys.executable, "-c", ORPHAN_SCRIPT, str(tmp_path)],
-        cwd=PROJECT_ROOT,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    owner = subprocess.Popen([sys.executable, "-c", ORPHAN_SCRIPT, str(tmp_path)], cwd=PROJECT_ROOT,
+                             stdout=subprocess.PIPE, text=True)
     try:
         assert owner.stdout is not None
         pids = json.loads(owner.stdout.readline() or "[]")

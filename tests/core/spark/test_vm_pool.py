@@ -112,10 +112,7 @@ def test_the_calling_thread_may_use_more_cpus_for_a_moment() -> None:
 def test_a_preinitialised_vm_gets_an_executor_only_when_requested(tmp_path: Path) -> None:
     driver = subprocess.run(
         [sys.executable, "-c", DRIVE, str(tmp_path / "cluster")],
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
+        cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=300,
     )
     lines = [line for line in driver.stdout.splitlines() if line.startswith("{")]
     assert driver.returncode == 0 and lines, driver.stderr[-2000:]
