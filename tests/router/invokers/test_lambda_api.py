@@ -170,7 +170,6 @@ class _Barrier:
 def test_the_warm_ups_of_a_round_overlap_and_ask_the_handler_to_hold() -> None:
     client = _Barrier(5)
     inv = Boto3Invoker(Boto3InvokerConfig(function_name="f", concurrency_limit=1), client=client)
-    assert (
-        inv.prewarm(5, programs=[{"query": "q5"}], hold_s=0.5) == 5
-    )  # all five cold, though one invoke thread
+    # All five cold, though one invoke thread.
+    assert inv.prewarm(5, programs=[{"query": "q5"}], hold_s=0.5) == 5
     assert all(e == {"warmup": True, "hold_s": 0.5, "programs": [{"query": "q5"}]} for e in client.events)
