@@ -31,6 +31,7 @@ from merge.latest_step import LatestStep
 from merge.winner import WinnerSpec
 
 WARM_KEYS = 64  # keys of the made-up batch that warms a keyed program
+WarmBatch = tuple[Frames, dict[str, pl.DataFrame], pl.DataFrame, int]  # state, records, rows, watermark
 _WARM_BASE_MS = 1_000_000  # its rows' event times start here (ms); any instant would do
 
 
@@ -180,7 +181,7 @@ class KeyedProgram:
         _, parts, _, _ = read_request(data)
         return sum(f.height for f in parts.values())
 
-    def warm_batch(self, keys: int = WARM_KEYS) -> tuple[Frames, dict[str, pl.DataFrame], pl.DataFrame, int]:
+    def warm_batch(self, keys: int = WARM_KEYS) -> WarmBatch:
         """A made-up batch over `keys` keys: (a state holding them, source records of each input, the
         step's rows for them, a watermark past every row). Its values mean nothing; what it is for is
         that running it takes the step through the operations a real batch does (`warm`)."""
@@ -205,13 +206,14 @@ class KeyedProgram:
         state = self.spec.step({}, rows, _WARM_BASE_MS - 1).state
         return state, parts, rows, _WARM_BASE_MS + 2 * keys
 
-    def warm(self) -> None:
-        """Run one made-up seal, start to end, and drop its answer: the first seal a worker or the agent
-        runs otherwise pays polars' first runs of each operation (tens of ms on the first batches after
-        a switch: ADR 0045). Counts nothing: no record of anyone's ran."""
-        state, parts, rows, watermark_ms = self.warm_batch()
+    def warm(self, batch: WarmBatch | None = None) -> Frames:
+        """Run one made-up seal (`batch`, else `warm_batch()`'s), start to end: the first seal a worker
+        or the agent runs otherwise pays polars' first runs of each operation (tens of ms on the first
+        batches after a switch: ADR 0045). Counts nothing: no record of anyone's ran. The seal's new
+        state, for a caller that warms what comes after it."""
+        state, parts, rows, watermark_ms = batch or self.warm_batch()
         request = encode(seal_request(state, parts, rows, watermark_ms), "lz4")
-        read_answer(decode(encode(self.run_table(decode(request)), "lz4")))
+        return read_answer(decode(encode(self.run_table(decode(request)), "lz4")))[0]
 
     def run_table(self, data: pa.Table, counts: dict[str, int] | None = None) -> pa.Table:
         """One seal: the packed request in, the packed answer out. The records count for the prefix

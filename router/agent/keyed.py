@@ -86,9 +86,7 @@ class KeyedAgent:
         spec, program = self._program(program_json)
         state, parts, rows, watermark_ms = program.warm_batch()
         needed, rest = program.select(state, program.touched(parts, rows), watermark_ms)
-        request = encode(seal_request(needed, parts, rows, watermark_ms), self.compression)
-        new_state, _, _ = read_answer(program.run_table(decode(request)))
-        joined = program.joined(new_state, rest)
+        joined = program.joined(program.warm((needed, parts, rows, watermark_ms)), rest)
         program.next_due_by_group(joined, range(KEY_GROUPS))
         encode(pack(joined, {}), self.compression)
         return spec
