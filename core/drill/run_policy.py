@@ -387,6 +387,7 @@ def _run(spec: PolicyRun, pool: Any) -> dict[str, Any]:
         params=QueryParams(window_size_s=spec.window_size_s, window_slide_s=spec.window_slide_s),
         pace=True,
         max_events_per_batch=spec.batch_events,
+        min_partitions=len(spec.vm_cpus),  # every VM core reads from the warm-up on (source.py split_step)
         capacity_file=capacity_file(spec) if pool is not None else None,
         spark=_spark_config(spec, pool.master_url if pool is not None else None),
         offload=offload,

@@ -50,6 +50,7 @@ class RunConfig:
     params: QueryParams = field(default_factory=QueryParams)
     pace: bool = False
     max_events_per_batch: int = 200_000
+    min_partitions: int = 1  # the fewest tasks a generated epoch is split into: the VM cores (source.py)
     # The VM capacity scale the driver publishes for the source's cap (core/spark/admission.py); None:
     # the cap stays max_events_per_batch (times the offloaded share's scale).
     capacity_file: Path | None = None
@@ -72,6 +73,8 @@ class RunConfig:
                 object.__setattr__(self, name, path.absolute())
         if self.max_events_per_batch <= 0:
             raise ConfigError("max events per batch must be positive", hint="pass a positive --batch-events")
+        if self.min_partitions <= 0:
+            raise ConfigError("an epoch needs at least one partition", hint="set min_partitions to the VM cores")
         if self.max_files_per_batch <= 0:
             raise ConfigError("max files per batch must be positive", hint="pass a positive --batch-files")
         if self.input is not None and self.pace:

@@ -31,6 +31,7 @@ from core.spark.source import (
     event_ranges,
     read_range,
     routed_step,
+    split_step,
 )
 from router.routing_log import Segment, write_current_plan
 
@@ -113,6 +114,25 @@ def test_routed_tasks_are_sized_by_the_records_they_keep() -> None:
     assert steps(Segment(0, plan(0.0, frozenset(range(64))))) == (200_000, 400_000)  # half the key groups
     # A stream is routed by its share or by key groups, never both: a plan naming both halves halves.
     assert steps(Segment(0, OffloadPlan.of_share(1, 0.5, 2))) == (200_000, 400_000)
+
+
+def test_an_epoch_is_split_into_at_least_min_partitions_tasks() -> None:
+    """Every VM core reads from the first epoch on; big epochs still split by records per task."""
+    assert split_step(100_000, 0, 50_000, 2) == 25_000
+    assert split_step(100_000, 0, 50_001, 2) == 25_001  # the last task is the short one
+    assert split_step(100_000, 0, 300_000, 2) == 100_000
+    assert split_step(100_000, 0, 1, 4) == 1
+    assert split_step(100_000, 7, 7, 2) == 1  # an empty epoch plans no task either way
+
+    def spans(min_partitions: str, start: int, end: int) -> list[tuple[int, int]]:
+        reader = NexmarkStreamReader(_options(events="500000", min_partitions=min_partitions))
+        return [(r.start, r.end) for r in reader.partitions({"event": start}, {"event": end})]
+
+    assert spans("1", 0, 50_000) == [(0, 50_000)]
+    assert spans("2", 0, 50_000) == [(0, 25_000), (25_000, 50_000)]
+    assert len(spans("2", 0, 400_000)) == 4  # 108,695 offsets hold 100,000 bids
+    with pytest.raises(ConfigError):
+        _options(min_partitions="0")
 
 
 def test_read_range_yields_arrow_batches_and_the_punctuation() -> None:
