@@ -64,6 +64,7 @@ if TYPE_CHECKING:
 SOURCE_NAME = "nexmark"
 PACES = ("none", "arrival")
 MAX_TASK_STRETCH = 16  # a routed task covers at most this many times offsets_per_task offsets
+SPLIT_FLOOR = 4  # min_partitions never makes a task hold less than this share of records_per_task
 
 
 @dataclass(frozen=True)
@@ -151,15 +152,19 @@ def event_ranges(start: int, end: int, step: int, events: int, punctuate: bool) 
 
 
 def split_step(step: int, start: int, end: int, min_partitions: int) -> int:
-    """Offsets per task of the epoch [start, end): `step`, or less so the epoch has `min_partitions` tasks.
+    """Offsets per task of the epoch [start, end): `step`, or less so the epoch has `min_partitions` tasks,
+    but never under a `SPLIT_FLOOR`-th of `step`.
 
     Why: with one task per epoch, a run with two VM cores reads on one of them until its epochs outgrow a
     task, and the second task then starts a Python worker in the middle of the burst that made them grow
     (measured: Q1 on two cores, the first burst epochs took 0.84 and 0.94 s against 0.32 s before). The
-    count is fixed for the run, never read from the capacity it has now: a re-run epoch must split its
-    offsets exactly as the first attempt did (see `routed_step`).
+    floor keeps a source whose records are sparse among the offsets (Q3's persons and auctions) at one
+    task: a task costs ~0.1 s whatever it holds. The count is fixed for the run, never read from the
+    capacity it has now: a re-run epoch must split its offsets exactly as the first attempt did (see
+    `routed_step`).
     """
-    return max(1, min(step, -(-(end - start) // min_partitions)))
+    even = -(-(end - start) // min_partitions)
+    return max(1, min(step, max(even, step // SPLIT_FLOOR)))
 
 
 def routed_step(offsets_per_task: int, route: str, segments: Sequence[Segment], start: int, end: int) -> int:

@@ -117,20 +117,24 @@ def test_routed_tasks_are_sized_by_the_records_they_keep() -> None:
 
 
 def test_an_epoch_is_split_into_at_least_min_partitions_tasks() -> None:
-    """Every VM core reads from the first epoch on; big epochs still split by records per task."""
+    """Every VM core reads from the first epoch on; big epochs still split by records per task, and an
+    epoch too small to be worth a second task's fixed cost is not split."""
     assert split_step(100_000, 0, 50_000, 2) == 25_000
-    assert split_step(100_000, 0, 50_001, 2) == 25_001  # the last task is the short one
+    assert split_step(100_000, 0, 60_001, 2) == 30_001  # the last task is the short one
     assert split_step(100_000, 0, 300_000, 2) == 100_000
-    assert split_step(100_000, 0, 1, 4) == 1
-    assert split_step(100_000, 7, 7, 2) == 1  # an empty epoch plans no task either way
+    assert split_step(100_000, 0, 20_000, 2) == 25_000  # under the floor (a quarter task): one task
+    assert split_step(100_000, 7, 7, 2) == 25_000  # an empty epoch plans no task either way
 
     def spans(min_partitions: str, start: int, end: int) -> list[tuple[int, int]]:
         reader = NexmarkStreamReader(_options(events="500000", min_partitions=min_partitions))
         return [(r.start, r.end) for r in reader.partitions({"event": start}, {"event": end})]
 
     assert spans("1", 0, 50_000) == [(0, 50_000)]
-    assert spans("2", 0, 50_000) == [(0, 25_000), (25_000, 50_000)]
+    assert spans("2", 0, 60_000) == [(0, 30_000), (30_000, 60_000)]
     assert len(spans("2", 0, 400_000)) == 4  # 108,695 offsets hold 100,000 bids
+    # A person is 1 event in 50: 50,000 offsets hold 1,000 persons, far under a quarter task.
+    person = NexmarkStreamReader(_options(entity="person", events="500000", min_partitions="2"))
+    assert len(person.partitions({"event": 0}, {"event": 50_000})) == 1
     with pytest.raises(ConfigError):
         _options(min_partitions="0")
 
