@@ -52,12 +52,15 @@ $(STAMP): pyproject.toml constraints.txt core/wire/agent.proto
 	@touch $(STAMP)
 	@echo "setup: done; the CLI is $(BIN)/sponge"
 
-# The fast lane runs on both cores (pytest-xdist); the Spark and process lanes one test at a time, as
-# their tests pin cores and start clusters. Both lanes always run; either failing fails the target.
+# Three lanes, each always run; any failing fails the target. The fast lane and the Spark and process
+# lane run two tests at a time (pytest-xdist; a file's tests stay on one worker, so its module fixtures
+# start once); the solo lane, whose tests pin cores, measure or start clusters and LocalStack, one at
+# a time after them.
 test: setup
 	@$(BIN)/python -m pytest -m "not spark and not slow" -n 2; fast=$$?; \
-	$(BIN)/python -m pytest -m "spark or slow"; slow=$$?; \
-	exit $$(( (fast != 0 && fast != 5) || (slow != 0 && slow != 5) ))  # 5: a filter left a lane empty
+	$(BIN)/python -m pytest -m "(spark or slow) and not solo" -n 2 --dist loadfile; slow=$$?; \
+	$(BIN)/python -m pytest -m "(spark or slow) and solo"; solo=$$?; \
+	exit $$(( (fast != 0 && fast != 5) || (slow != 0 && slow != 5) || (solo != 0 && solo != 5) ))  # 5: empty lane
 
 test-fast: setup-fast
 	$(BIN)/python -m pytest -m "not spark and not slow"

@@ -12,6 +12,8 @@ import pytest
 
 from bench.chaos import KINDS, THROTTLE_RUN, Schedule, parse_args
 
+pytestmark = pytest.mark.solo
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

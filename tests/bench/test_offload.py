@@ -22,6 +22,8 @@ from bench.offload_rigs import (
     vm_batch_events,
 )
 
+pytestmark = pytest.mark.solo
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -35,7 +35,7 @@ KEEP_WARM_S = 1.5  # well inside it
 IDLE_S = 3 * KEEPALIVE_S  # the quiet time before the burst: every unpinged environment is gone by then
 WORKERS = 2
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.solo, pytest.mark.slow, pytest.mark.timeout(300)]
 
 
 @pytest.fixture(scope="module")

@@ -30,6 +30,8 @@ from tests.infra.localstack_env import kill, running_localstack, runtime_pids, z
 HANDLER = """
 import json, os, time
 
+pytestmark = pytest.mark.solo
+
 def handler(event, context):
     print("hello", json.dumps(event))
     if event.get("fail"):

@@ -11,7 +11,7 @@ import pytest
 from router.invokers.base import InvokeFailed, Throttled
 from router.invokers.embedded import EmbeddedFleet, EmbeddedFleetConfig, WorkerFaults
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.solo, pytest.mark.slow, pytest.mark.timeout(120)]
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ from router.fleet import FleetConfig
 from router.invokers.embedded import EmbeddedFleet, EmbeddedFleetConfig
 from tests.router.conftest import Q5, bids, sorted_rows
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.solo, pytest.mark.slow, pytest.mark.timeout(120)]
 VM, LAMBDA = "10.231.7.1", "10.231.7.2"
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.solo, pytest.mark.spark, pytest.mark.slow]
 
 SPONGE = str(Path(sys.executable).parent / "sponge")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

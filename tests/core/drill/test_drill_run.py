@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from core.cli.main import app
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.solo, pytest.mark.spark, pytest.mark.slow]
 
 LEAD_S = 25  # long enough for the run to reach its steady state before the burst
 

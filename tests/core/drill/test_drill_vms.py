@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from core.cli.main import app
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.solo, pytest.mark.spark, pytest.mark.slow]
 
 LEAD_S = 12  # the query's first, slow epochs stay before the burst
 

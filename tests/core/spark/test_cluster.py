@@ -21,6 +21,8 @@ from core.errors import ConfigError
 from core.spark.cluster import StandaloneCluster, alive, descendants
 from core.spark.cluster_config import ClusterConfig, WorkerSpec
 
+pytestmark = pytest.mark.solo
+
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 CPUS = sorted(os.sched_getaffinity(0))
 PIN = len(CPUS) >= 2  # pin the two "VMs" to different cores when there are two

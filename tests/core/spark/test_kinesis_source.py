@@ -21,7 +21,7 @@ from core.run_output import Existing
 from core.spark.runner import RunConfig, run_query
 from tests.infra.localstack_env import running_localstack
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.solo, pytest.mark.spark, pytest.mark.slow]
 
 GEN = GeneratorConfig(seed=3, events=2_000, schedule=RateSchedule.constant(2_000))
 PARAMS = QueryParams(window_size_s=2, window_slide_s=1)

@@ -17,6 +17,8 @@ import pytest
 from core.spark.cluster_config import WorkerSpec
 from core.spark.vm_pool import Vm, cpu_cores, thread_cpus
 
+pytestmark = pytest.mark.solo
+
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 CPUS = sorted(os.sched_getaffinity(0))
 
