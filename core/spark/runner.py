@@ -74,7 +74,7 @@ class RunConfig:
         if self.max_events_per_batch <= 0:
             raise ConfigError("max events per batch must be positive", hint="pass a positive --batch-events")
         if self.min_partitions <= 0:
-            raise ConfigError("an epoch needs at least one partition", hint="set min_partitions to the VM cores")
+            raise ConfigError("an epoch needs at least one task", hint="set min_partitions to the VM cores")
         if self.max_files_per_batch <= 0:
             raise ConfigError("max files per batch must be positive", hint="pass a positive --batch-files")
         if self.input is not None and self.pace:

@@ -27,10 +27,10 @@ from infra.localstack.launcher import SERVICES, LocalStackConfig, LocalStackErro
 from router.agent_process import free_port
 from tests.infra.localstack_env import kill, running_localstack, runtime_pids, zip_handler
 
+pytestmark = pytest.mark.solo
+
 HANDLER = """
 import json, os, time
-
-pytestmark = pytest.mark.solo
 
 def handler(event, context):
     print("hello", json.dumps(event))
