@@ -64,7 +64,7 @@ if TYPE_CHECKING:
 SOURCE_NAME = "nexmark"
 PACES = ("none", "arrival")
 MAX_TASK_STRETCH = 16  # a routed task covers at most this many times offsets_per_task offsets
-SPLIT_FLOOR = 4  # min_partitions never makes a task hold less than this share of records_per_task
+SPLIT_FLOOR = 4  # min_partitions never makes a task hold less than records_per_task / SPLIT_FLOOR
 
 
 @dataclass(frozen=True)
@@ -294,13 +294,12 @@ class NexmarkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         opts = self.options
+        lo, hi = int(start["event"]), int(end["event"])
         if opts.route is None:
-            lo, hi = int(start["event"]), int(end["event"])
             step = split_step(opts.offsets_per_task, lo, hi, opts.min_partitions)
             return event_ranges(lo, hi, step, opts.events, punctuate=True)
         from router.routing_log import RoutingLog, covering, read_current_plan
 
-        lo, hi = int(start["event"]), int(end["event"])
         log = RoutingLog(opts.route.offload_dir)
         segments = log.plan_range(lo, hi, read_current_plan(opts.route.offload_dir))
         if opts.route.route == OFFLOAD_ROUTE and not any(seg.plan.offloads for seg in segments):
