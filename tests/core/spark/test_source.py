@@ -122,8 +122,22 @@ def test_an_epoch_is_split_into_at_least_min_partitions_tasks() -> None:
     assert split_step(100_000, 0, 50_000, 2) == 25_000
     assert split_step(100_000, 0, 60_001, 2) == 30_001  # the last task is the short one
     assert split_step(100_000, 0, 300_000, 2) == 100_000
-    assert split_step(100_000, 0, 20_000, 2) == 25_000  # under the floor (a quarter task): one task
-    assert split_step(100_000, 7, 7, 2) == 25_000  # an empty epoch plans no task either way
+    assert split_step(100_000, 0, 20_000, 2) == 20_000  # under the floor (a quarter task): one task
+    assert split_step(100_000, 7, 7, 2) == 100_000  # an empty epoch plans no task either way
+
+
+def test_an_epoch_is_split_into_the_nearest_number_of_even_tasks() -> None:
+    """A task costs the same whatever it holds: an epoch a little over a task is one task, not a task and
+    a sliver, and an epoch of two tasks or more splits evenly."""
+    assert split_step(100_000, 0, 120_000, 1) == 120_000
+    assert split_step(100_000, 0, 149_999, 1) == 149_999
+    assert split_step(100_000, 0, 150_000, 1) == 75_000
+    assert split_step(100_000, 0, 200_000, 1) == 100_000
+    assert split_step(100_000, 0, 250_001, 1) == 83_334
+    assert split_step(100_000, 0, 40_000, 1) == 40_000  # under one task: still one task
+    reader = NexmarkStreamReader(_options(events="500000", min_partitions="1"))
+    spans = [(r.start, r.end) for r in reader.partitions({"event": 0}, {"event": 123_000})]
+    assert spans == [(0, 123_000)]  # 108,695 offsets hold 100,000 bids: one task, not two
 
     def spans(min_partitions: str, start: int, end: int) -> list[tuple[int, int]]:
         reader = NexmarkStreamReader(_options(events="500000", min_partitions=min_partitions))
