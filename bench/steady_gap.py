@@ -3,11 +3,12 @@
 Method. Runs `sponge drill --compare noscaling,sponge` --repeats times on one trace (the real drill:
 standalone cluster, warm-up, steady start, paced trace), swapping the two policies' order every other
 time so drift on a shared machine falls on both. The stable rate is the first drill's calibration, or
---rate. Per drill it reads two figures before the onset: each policy's pre-burst p99 (the median p99 of
-the 10 s before the onset, as the drill's verdict uses it) and the median duration of its epochs that
-admitted a full batch (those do the same work in both policies whatever the pacing, so their ratio is
-the routed plan's cost at share 0 alone). Printed: every drill's sponge/noscaling ratios, and their
-medians. A fair drill wants the pre-burst ratio within 1.10.
+--rate. Per drill it reads three figures from the 10 s before the onset, the window the drill's verdict
+uses: each policy's pre-burst p99 (the median p99 of those seconds), and the median duration and size
+(events) of its epochs that started in them. Both policies keep up there, so an epoch holds what
+arrived during the last one: a fixed cost per epoch shows as longer and bigger epochs, a cost per
+event as longer epochs of the same size. Printed: every drill's figures and sponge/noscaling ratios,
+and the ratios' medians. A fair drill wants the pre-burst ratio within 1.10.
 """
 
 from __future__ import annotations
@@ -27,33 +28,31 @@ from bench.report_line import finish
 
 METHOD = (__doc__ or "").split("Method. ", 1)[1].replace("\n", " ").strip()
 POLICIES = ("noscaling", "sponge")
-FIGURES = ("pre_burst_p99_ms", "full_batch_epoch_s")
+FIGURES = ("pre_burst_p99_ms", "steady_epoch_s", "steady_epoch_events")
+WINDOW_S = 10.0  # seconds before the onset, as the drill's pre-burst p99 (core/drill/steady.py pre_burst)
 SPONGE = Path(sys.executable).with_name("sponge")  # the CLI `make setup` installs beside this Python
 
 
-def full_batch_epoch_s(result: Mapping[str, Any], batch_events: int, onset_s: float) -> float | None:
-    """Median duration of a run's epochs before the onset that admitted a full batch (None if none did)."""
-    origin, epochs = result["origin"], result["epochs"]
-    full = [
-        e["commit_t"] - e["started_t"]
-        for e in epochs[1:]  # the first epoch also plans and compiles the query
-        if e["covered"] - e["start"] == batch_events and e["started_t"] - origin < onset_s
-    ]
-    return statistics.median(full) if full else None
+def steady_epochs(result: Mapping[str, Any], onset_s: float) -> dict[str, float | None]:
+    """Median duration (s) and size (events) of a run's epochs started in the WINDOW_S before the onset."""
+    origin = result["origin"]
+    epochs = [e for e in result["epochs"] if onset_s - WINDOW_S <= e["started_t"] - origin < onset_s]
+    if not epochs:
+        return {"steady_epoch_s": None, "steady_epoch_events": None}
+    return {
+        "steady_epoch_s": statistics.median(e["commit_t"] - e["started_t"] for e in epochs),
+        "steady_epoch_events": statistics.median(e["covered"] - e["start"] for e in epochs),
+    }
 
 
 def drill_figures(report_dir: Path) -> dict[str, dict[str, float | None]]:
-    """Per policy of one drill: its pre-burst p99 and its full batches' median epoch."""
+    """Per policy of one drill: its pre-burst p99 and its steady epochs."""
     report = json.loads((report_dir / "report.json").read_text())
     onset = report["burst"][0]["start_s"]
     out: dict[str, dict[str, float | None]] = {}
     for run in report["runs"]:
         result = json.loads((report_dir / run["policy"] / "result.json").read_text())
-        batch = run["deployment"]["batch_events"]
-        out[run["policy"]] = {
-            "pre_burst_p99_ms": run["pre_burst_p99_ms"],
-            "full_batch_epoch_s": full_batch_epoch_s(result, batch, onset),
-        }
+        out[run["policy"]] = {"pre_burst_p99_ms": run["pre_burst_p99_ms"], **steady_epochs(result, onset)}
     return out
 
 
@@ -107,7 +106,8 @@ def table(report: dict[str, Any]) -> Any:
     from rich.table import Table
 
     t = Table(title=f"{report['query']} at {report['rate']:,.0f}/s: sponge / noscaling before the onset")
-    for col in ("drill", "order", "pre-burst p99 (ms)", "ratio", "full-batch epoch (s)", "ratio"):
+    columns = ("pre-burst p99 (ms)", "ratio", "steady epoch (s)", "ratio", "its events", "ratio")
+    for col in ("drill", "order", *columns):
         t.add_column(col, justify="right")
 
     def num(x: float | None, fmt: str) -> str:
@@ -123,11 +123,13 @@ def table(report: dict[str, Any]) -> Any:
             " then ".join(d["order"]),
             pair(f, "pre_burst_p99_ms", ",.0f"),
             num(r["pre_burst_p99_ms"], ".2f"),
-            pair(f, "full_batch_epoch_s", ".2f"),
-            num(r["full_batch_epoch_s"], ".2f"),
+            pair(f, "steady_epoch_s", ".2f"),
+            num(r["steady_epoch_s"], ".2f"),
+            pair(f, "steady_epoch_events", ",.0f"),
+            num(r["steady_epoch_events"], ".2f"),
         )
     m = report["median_ratio"]
-    t.add_row("median", "", "", num(m["pre_burst_p99_ms"], ".2f"), "", num(m["full_batch_epoch_s"], ".2f"))
+    t.add_row("median", "", *(x for name in FIGURES for x in ("", num(m[name], ".2f"))))
     return t
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.steady_gap import drill_figures, full_batch_epoch_s, ratios
+from bench.steady_gap import drill_figures, ratios, steady_epochs
 
 
 def _epochs(durations: list[float], covered: list[int]) -> list[dict[str, float]]:
@@ -18,12 +18,15 @@ def _epochs(durations: list[float], covered: list[int]) -> list[dict[str, float]
     return out
 
 
-def test_only_full_batches_before_the_onset_count_and_never_the_first_epoch() -> None:
+def test_steady_epochs_are_those_started_in_the_ten_seconds_before_the_onset() -> None:
     epochs = _epochs([9.0, 1.5, 1.7, 1.2, 1.6, 1.0], [200, 400, 600, 700, 900, 1100])
     result = {"origin": 100.0, "epochs": epochs}
-    # Epoch 0 (planning) and the 100-event epoch are left out; the last starts after the onset.
-    assert full_batch_epoch_s(result, 200, onset_s=14.0) == pytest.approx(1.6)
-    assert full_batch_epoch_s(result, 200, onset_s=9.0) is None
+    # They start at 0, 9, 10.5, 12.2, 13.4 and 15 s: an onset at 14 s keeps those from 4 s to 14 s.
+    assert steady_epochs(result, onset_s=14.0) == {
+        "steady_epoch_s": pytest.approx(1.55),
+        "steady_epoch_events": 200,
+    }
+    assert steady_epochs(result, onset_s=0.0) == {"steady_epoch_s": None, "steady_epoch_events": None}
 
 
 def test_a_drills_figures_and_ratios(tmp_path: Path) -> None:
@@ -33,11 +36,16 @@ def test_a_drills_figures_and_ratios(tmp_path: Path) -> None:
         result = {"origin": 100.0, "epochs": _epochs([4.0, d, d], [200, 400, 600])}
         (tmp_path / policy / "result.json").write_text(json.dumps(result))
         runs.append({"policy": policy, "pre_burst_p99_ms": p99, "deployment": {"batch_events": 200}})
-    report = {"burst": [{"start_s": 30.0, "end_s": 40.0}], "runs": runs}
+    report = {"burst": [{"start_s": 10.0, "end_s": 20.0}], "runs": runs}
     (tmp_path / "report.json").write_text(json.dumps(report))
     figures = drill_figures(tmp_path)
-    assert figures["sponge"] == {"pre_burst_p99_ms": 2200.0, "full_batch_epoch_s": 1.5}
+    assert figures["sponge"] == {
+        "pre_burst_p99_ms": 2200.0,
+        "steady_epoch_s": 1.5,
+        "steady_epoch_events": 200,
+    }
     got = ratios(figures)
-    assert round(got["pre_burst_p99_ms"], 3) == 1.1 and round(got["full_batch_epoch_s"], 3) == 1.25
-    figures["noscaling"]["full_batch_epoch_s"] = None
-    assert ratios(figures)["full_batch_epoch_s"] is None
+    assert round(got["pre_burst_p99_ms"], 3) == 1.1 and round(got["steady_epoch_s"], 3) == 1.25
+    assert got["steady_epoch_events"] == 1.0
+    figures["noscaling"]["steady_epoch_s"] = None
+    assert ratios(figures)["steady_epoch_s"] is None
