@@ -353,6 +353,7 @@ class OffloadSession:
             "worker_cpu_s": round(totals.get("worker_cpu_us", 0) / 1e6, 6),
             "records_run_locally_by_agent": totals.get("records_run_locally", 0),
             "workers_started": totals.get("workers_started", 0),
+            "workers_connected": totals.get("workers_connected_total", 0),
             "cold_starts": totals.get("cold_starts", 0),
             "warm_starts": totals.get("warm_starts", 0),
             "chunks_dispatched": totals.get("chunks_dispatched", 0),

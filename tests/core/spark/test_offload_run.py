@@ -119,9 +119,12 @@ def test_offloaded_output_equals_reference(
         # Every routed record went out in exactly one chunk, whose result came once from a worker or
         # from the agent itself.
         assert summary["records_offloaded"] + summary["records_run_locally_by_agent"] == routed
+        # Every worker that dialled in said how it started. One invoked near the end of so short a run
+        # may not have dialled in before the session closed, so the count is of those that did.
+        connected = summary["workers_connected"]
+        assert 1 <= connected <= summary["workers_started"]
+        assert summary["cold_starts"] + summary["warm_starts"] == connected
         # A keyed stage's program warms the pool at the start (ADR 0045): its workers then start warm.
-        started = summary["cold_starts"] + summary["warm_starts"]
-        assert summary["workers_started"] >= 1 and started == summary["workers_started"]
         assert summary["cold_starts"] >= 1 or summary["program_warm_ups"] >= 1
         assert summary["worker_cpu_s"] > 0  # the workers' CPU on the chunks they resolved
         # Per node, the workers' records: every node of the chains (and of the pairs or keyed stages
