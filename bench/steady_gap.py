@@ -25,18 +25,18 @@ from pathlib import Path
 from typing import Any
 
 from bench.report_line import finish
+from core.drill.steady import PRE_BURST_S
 
 METHOD = (__doc__ or "").split("Method. ", 1)[1].replace("\n", " ").strip()
 POLICIES = ("noscaling", "sponge")
 FIGURES = ("pre_burst_p99_ms", "steady_epoch_s", "steady_epoch_events")
-WINDOW_S = 10.0  # seconds before the onset, as the drill's pre-burst p99 (core/drill/steady.py pre_burst)
 SPONGE = Path(sys.executable).with_name("sponge")  # the CLI `make setup` installs beside this Python
 
 
 def steady_epochs(result: Mapping[str, Any], onset_s: float) -> dict[str, float | None]:
-    """Median duration (s) and size (events) of a run's epochs started in the WINDOW_S before the onset."""
+    """Median duration (s) and size (events) of a run's epochs started in the PRE_BURST_S before the onset."""
     origin = result["origin"]
-    epochs = [e for e in result["epochs"] if onset_s - WINDOW_S <= e["started_t"] - origin < onset_s]
+    epochs = [e for e in result["epochs"] if onset_s - PRE_BURST_S <= e["started_t"] - origin < onset_s]
     if not epochs:
         return {"steady_epoch_s": None, "steady_epoch_events": None}
     return {

@@ -109,7 +109,10 @@ class ArmedPolicy:
         return getattr(self.policy, name)
 
 
-def pre_burst(values: Sequence[float | None], onset_s: float, seconds: int = 10) -> float | None:
+PRE_BURST_S = 10  # the seconds before the onset that give a policy's starting point
+
+
+def pre_burst(values: Sequence[float | None], onset_s: float, seconds: int = PRE_BURST_S) -> float | None:
     """Median of a per-second series over the `seconds` before the onset: a policy's starting point."""
     start = max(0, int(onset_s) - seconds)
     picked = [v for v in values[start : int(onset_s)] if v is not None]

@@ -35,7 +35,7 @@ def test_a_drills_figures_and_ratios(tmp_path: Path) -> None:
         (tmp_path / policy).mkdir()
         result = {"origin": 100.0, "epochs": _epochs([4.0, d, d], [200, 400, 600])}
         (tmp_path / policy / "result.json").write_text(json.dumps(result))
-        runs.append({"policy": policy, "pre_burst_p99_ms": p99, "deployment": {"batch_events": 200}})
+        runs.append({"policy": policy, "pre_burst_p99_ms": p99})
     report = {"burst": [{"start_s": 10.0, "end_s": 20.0}], "runs": runs}
     (tmp_path / "report.json").write_text(json.dumps(report))
     figures = drill_figures(tmp_path)
