@@ -44,6 +44,7 @@ from core.drill.report_numbers import (
     peak_p99,
     peak_ratios,
     policy_labels,
+    pre_burst,
     runs_of,
 )
 from core.drill.report_tables import md_table
@@ -381,6 +382,7 @@ def cell_row(
             "reaction_s": None if sponge is None else finite(sponge.get("reaction_s")),
             "cost_usd": costs,
             "cost_vs_over": None if sponge is None else cost_vs_over(report, sponge),
+            "fair_start": None if (start := pre_burst(report)) is None else start.fair,
             "exact": exactness(report),
         }
     )
@@ -420,7 +422,7 @@ def _ratio_text(row: Mapping[str, Any], policy: str) -> str:
     return fmt_ratio(ratio) + mark
 
 
-def _exact_text(value: Any) -> str:
+def _check_text(value: Any) -> str:
     return "✓" if value is True else "✗" if value is False else "—"
 
 
@@ -433,7 +435,7 @@ def table_rows(matrix: Mapping[str, Any]) -> tuple[list[str], list[list[str]], l
     header += [f"sponge ÷ {p}" + (f" (≤ {targets[p]:g}x)" if p in targets else "") for p in others]
     header += ["sponge reaction (s)", *(f"{p} cost" for p in policies)]
     header += ["sponge cost ÷ over's"] if "over" in others else []
-    header += ["exact"]
+    header += ["fair start", "exact"]
     rows = []
     for row in matrix["cells"]:
         if row["state"] != "done":
@@ -450,8 +452,8 @@ def table_rows(matrix: Mapping[str, Any]) -> tuple[list[str], list[list[str]], l
             *(fmt_usd(row["cost_usd"].get(p)) for p in policies),
         ]
         text += [fmt_ratio(row.get("cost_vs_over"))] if "over" in others else []
-        rows.append([*text, _exact_text(row.get("exact"))])
-    align = ["left", "left", *["right"] * (len(header) - 3), "center"]
+        rows.append([*text, _check_text(row.get("fair_start")), _check_text(row.get("exact"))])
+    align = ["left", "left", *["right"] * (len(header) - 4), "center", "center"]
     return header, rows, align
 
 
@@ -467,7 +469,8 @@ def write_markdown(matrix: Mapping[str, Any], out: Path, heatmap: Path | None) -
         f"{matrix['cells_done']} of {matrix['cells_total']} cells done",
         "",
         "sponge ÷ X: sponge's peak p99 over X's, ✓ where it meets the drill's target, ✗ where it misses. "
-        "exact: every policy's output matched the batch reference.",
+        "fair start: the policies' p99 before the burst agreed (report.md says how; over's extra "
+        "cores may start it lower). exact: every policy's output matched the batch reference.",
         "",
         *md_table(*table_rows(matrix)),
         "",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 # What the figures are, printed beside them; the simulator passes "simulated" instead.
@@ -87,12 +88,57 @@ def peak_p99(run: Mapping[str, Any]) -> float | None:
     return peak
 
 
-def pre_burst_spread(report: Mapping[str, Any]) -> float | None:
-    """Highest over lowest pre-burst p99 of the runs; None when fewer than two runs have one."""
-    values = [
-        v for v in (finite(r.get("pre_burst_p99_ms")) for r in runs_of(report)) if v is not None and v > 0
+def vm_cores(run: Mapping[str, Any]) -> int | None:
+    """The VM cores a run held before the burst (its deployment), None when the report does not say."""
+    deployment = run.get("deployment")
+    cores = deployment.get("vm_cores") if isinstance(deployment, Mapping) else None
+    return cores if isinstance(cores, int) and not isinstance(cores, bool) else None
+
+
+@dataclass(frozen=True)
+class PreBurst:
+    """Where the policies stood before the burst (ADR 0048).
+
+    `spread` is highest over lowest pre-burst p99 among the runs with the fewest VM cores (all runs
+    when the report gives no deployment): those are meant to start alike. A run with more VM cores
+    (over) is expected to start lower; it is unfair only when it starts more than UNFAIR_SPREAD above
+    the slowest of them, since only a slow start could flatter sponge's ratio to it.
+    """
+
+    base_cores: int | None  # the fewest VM cores a run held; None when the report does not say
+    spread: float | None
+    low_ms: float | None
+    high_ms: float | None
+    extra: tuple[tuple[int, int, float], ...]  # (index of the run, its VM cores, its pre-burst p99)
+    slow_extra: tuple[int, ...]  # indices of extra-core runs that started too slow
+
+    @property
+    def fair(self) -> bool:
+        return (self.spread is None or self.spread <= UNFAIR_SPREAD) and not self.slow_extra
+
+
+def pre_burst(report: Mapping[str, Any]) -> PreBurst | None:
+    """The pre-burst comparison, or None when fewer than two runs have a pre-burst p99."""
+    known = [
+        (i, vm_cores(r), v)
+        for i, r in enumerate(runs_of(report))
+        if (v := finite(r.get("pre_burst_p99_ms"))) is not None and v > 0
     ]
-    return max(values) / min(values) if len(values) >= 2 else None
+    if len(known) < 2:
+        return None
+    given = [c for _, c, _ in known if c is not None]
+    base = min(given) if len(given) == len(known) else None
+    alike = [v for _, c, v in known if base is None or c == base]
+    extra = tuple((i, c, v) for i, c, v in known if base is not None and c is not None and c > base)
+    high = max(alike)
+    return PreBurst(
+        base_cores=base,
+        spread=high / min(alike) if len(alike) >= 2 else None,
+        low_ms=min(alike),
+        high_ms=high,
+        extra=extra,
+        slow_extra=tuple(i for i, _, v in extra if v > UNFAIR_SPREAD * high),
+    )
 
 
 def cost_vs_over(report: Mapping[str, Any], run: Mapping[str, Any]) -> float | None:
@@ -292,23 +338,38 @@ def verdict(report: Mapping[str, Any]) -> str:
     return "; ".join(clauses) + "."
 
 
+def _pre_burst_clause(start: PreBurst, labels: Sequence[str]) -> str:
+    allowed = f"{UNFAIR_SPREAD - 1:.0%}"
+    who = "the policies'"
+    if start.extra:
+        who = f"the {start.base_cores}-core policies'"
+    if start.spread is None:
+        text = f"before the burst {who} p99 was {fmt_ms(start.low_ms)} ms"
+    elif start.spread <= UNFAIR_SPREAD:
+        text = (
+            f"before the burst {who} p99 lay between {fmt_ms(start.low_ms)} and {fmt_ms(start.high_ms)} ms "
+            f"(within {allowed} of each other: fair)"
+        )
+    else:
+        text = (
+            f"before the burst {who} p99 lay between {fmt_ms(start.low_ms)} and {fmt_ms(start.high_ms)} ms "
+            f"(UNFAIR: {start.spread:.2f}x apart, over the {allowed} allowed)"
+        )
+    for i, cores, value in start.extra:
+        text += f"; {labels[i]}'s was {fmt_ms(value)} ms on {cores} VM cores " + (
+            f"(UNFAIR: over {allowed} above theirs)"
+            if i in start.slow_extra
+            else "(its extra cores' doing: a lower start only makes a ratio to it stricter)"
+        )
+    return text
+
+
 def _fairness_clauses(report: Mapping[str, Any], labels: Sequence[str]) -> list[str]:
     """What a skeptic checks first: equal starting points, capacity used, no offloading before the burst."""
     runs, clauses = runs_of(report), []
-    spread = pre_burst_spread(report)
-    if spread is not None:
-        pre = [finite(r.get("pre_burst_p99_ms")) for r in runs]
-        known = [v for v in pre if v is not None]
-        fair = spread <= UNFAIR_SPREAD
-        low, high = fmt_ms(min(known)), fmt_ms(max(known))
-        clauses.append(
-            f"before the burst the policies' p99 lay between {low} and {high} ms "
-            + (
-                f"(within {UNFAIR_SPREAD - 1:.0%} of each other: fair)"
-                if fair
-                else f"(UNFAIR: {spread:.2f}x apart, over the {UNFAIR_SPREAD - 1:.0%} allowed)"
-            )
-        )
+    start = pre_burst(report)
+    if start is not None:
+        clauses.append(_pre_burst_clause(start, labels))
     bursts = burst_windows(report)
     unsettled = [
         label

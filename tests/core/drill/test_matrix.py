@@ -266,15 +266,16 @@ def test_the_table_holds_sponges_ratios_costs_and_exactness(tmp_path: Path, fake
     assert q1["cost_usd"] == {"sponge": 0.0012, "noscaling": 0.0008, "vmbase": 0.0015, "over": 0.0016}
     assert q1["cost_vs_over"] == pytest.approx(0.0012 / 0.0016)
     assert (q1["exact"], q5["exact"], table["exact"]) == (True, False, False)
+    assert q1["fair_start"] is True  # every policy's pre-burst p99 is the same here
     assert table["targets"] == {"noscaling": 0.3, "vmbase": 0.5, "over": 1.2}
     assert table["settings"]["patterns"] == ["sudden:2x:30s"]
 
     header, rows, align = m.table_rows(table)
     assert len(header) == len(align) == len(rows[0])
-    assert "sponge ÷ noscaling (≤ 0.3x)" in header and header[-1] == "exact"
+    assert "sponge ÷ noscaling (≤ 0.3x)" in header and header[-2:] == ["fair start", "exact"]
     assert rows[0][:4] == ["q1-sudden", "sudden:2x:30s", "60,000", "850"]
     assert rows[0][4:7] == ["0.21x ✓", "0.44x ✓", "1.21x ✗"]
-    assert (rows[0][-2], rows[0][-1], rows[1][-1]) == ("0.75x", "✓", "✗")
+    assert (rows[0][-3], rows[0][-2], rows[0][-1], rows[1][-1]) == ("0.75x", "✓", "✓", "✗")
 
 
 def test_without_over_there_is_no_cost_ratio_and_the_table_says_so(tmp_path: Path, fake: FakeDrill) -> None:

@@ -242,14 +242,14 @@ def test_unequal_starts_idle_cores_and_early_offloading_are_called_out(tmp_path:
     over = _run(
         "over",
         3000.0,
-        pre_burst_p99_ms=90.0,
+        pre_burst_p99_ms=160.0,
         steady_s=None,
         deployment={**deployment, "vm_cores": 2, "lambda_workers": 0},
         in_burst={"admitted_events_per_s": 90_000.0, "vm_cpu": 0.55, "behind_with_idle_cores": True},
     )
     report = _report(sponge, over)
     text = numbers.verdict(report)
-    assert "(UNFAIR: 1.33x apart, over the 25% allowed)" in text
+    assert "over's was 160 ms on 2 VM cores (UNFAIR: over 25% above theirs)" in text
     assert "over fell behind in the burst with its VM cores only 55% busy" in text
     assert "sponge offloaded before the onset (share up to 90%, 12.0 worker-seconds)" in text
     assert "over did not reach a steady state before the onset (pass a longer --lead)" in text
@@ -265,6 +265,46 @@ def test_unequal_starts_idle_cores_and_early_offloading_are_called_out(tmp_path:
     )
     fair = _report(_run("sponge", 850.0), _run("over", 700.0, pre_burst_p99_ms=100.0))
     assert "fair)" in numbers.verdict(fair) and "UNFAIR" not in numbers.verdict(fair)
+
+
+def _started(policy: str, pre_ms: float, cores: int) -> dict:
+    deployment = {"spark": "standalone", "vm_cores": cores, "shuffle_partitions": 2, "lambda_workers": 0}
+    return _run(policy, 1000.0, pre_burst_p99_ms=pre_ms, deployment=deployment)
+
+
+def test_the_pre_burst_spread_is_taken_among_policies_with_equal_vm_cores() -> None:
+    """Over's extra core starts it lower, which only makes sponge's ratio to it stricter; a slower start
+    than the one-core policies' would flatter sponge, and is called unfair."""
+    lower = _report(
+        _started("sponge", 2229.0, 1), _started("noscaling", 2081.0, 1), _started("over", 1172.0, 2)
+    )
+    start = numbers.pre_burst(lower)
+    assert start is not None and start.fair
+    assert (start.base_cores, start.low_ms, start.high_ms) == (1, 2081.0, 2229.0)
+    assert start.spread == pytest.approx(2229 / 2081)
+    text = numbers.verdict(lower)
+    assert (
+        "before the burst the 1-core policies' p99 lay between 2,081 and 2,229 ms (within 25% of each other: "
+        "fair); over's was 1,172 ms on 2 VM cores (its extra cores' doing: a lower start only makes a ratio "
+        "to it stricter)" in text
+    )
+    assert "UNFAIR" not in text
+
+    apart = _report(
+        _started("sponge", 2800.0, 1), _started("noscaling", 2081.0, 1), _started("over", 1172.0, 2)
+    )
+    assert not numbers.pre_burst(apart).fair
+    assert "(UNFAIR: 1.35x apart, over the 25% allowed)" in numbers.verdict(apart)
+
+    slow = _report(_started("sponge", 2229.0, 1), _started("over", 2900.0, 2))
+    start = numbers.pre_burst(slow)
+    assert start is not None and start.spread is None and not start.fair
+    assert "p99 was 2,229 ms; over's was 2,900 ms on 2 VM cores (UNFAIR: over 25% above theirs)" in (
+        numbers.verdict(slow)
+    )
+
+    unknown = _report(_run("sponge", 850.0, pre_burst_p99_ms=100.0), _started("over", 120.0, 2))
+    assert numbers.pre_burst(unknown).spread == pytest.approx(1.2)  # no deployment: all runs compared
 
 
 def test_missing_summary_figures_are_computed_from_the_series() -> None:
