@@ -44,6 +44,7 @@ from core.drill.calibrate import (
     offload_cost,
 )
 from core.drill.run_policy import ERROR_FILE, PolicyRun
+from core.drill.steady import LEAD_RAMP_S
 from core.errors import ConfigError, JvmDiedError, SpongeError
 from core.nexmark.patterns import BurstPattern, Trace
 from core.nexmark.schedule import RateSchedule
@@ -158,7 +159,7 @@ def run_drill(config: DrillConfig, status: Callable[[str], None] = print) -> dic
     pattern = BurstPattern.parse(config.pattern)
     calibration = calibrate(config, status)
     rate = calibration.rate
-    trace = pattern.trace(rate, config.duration_s, config.lead_s)
+    trace = pattern.trace(rate, config.duration_s, config.lead_s, ramp_s=LEAD_RAMP_S)
     per_core = calibration.per_core_rate / len(config.vm_cpus)
     reference = _reference(config, trace) if config.check_reference else None
     provisioned = provisioned_environments(config.target)

@@ -110,6 +110,11 @@ class ArmedPolicy:
 
 
 PRE_BURST_S = 10  # the seconds before the onset that give a policy's starting point
+# A run's trace starts in a new query, whose first epoch pays for planning and state-store set-up
+# (~2.4 s for Q5 after the warm-up). At the full stable rate that left a backlog the batch cap drained
+# at ~20,000 events/s, so runs took 15-20 s to settle, or never did on a slower day. The trace's
+# lead-in therefore ramps up to the stable rate over its first seconds (core/nexmark/patterns.py).
+LEAD_RAMP_S = 5.0
 
 
 def pre_burst(values: Sequence[float | None], onset_s: float, seconds: int = PRE_BURST_S) -> float | None:

@@ -22,6 +22,7 @@ KINDS = ("sudden", "sine", "gradual")
 _SPEC = re.compile(r"^(?P<kind>[a-z]+):(?P<factor>\d+(\.\d+)?)x:(?P<length>\d+(\.\d+)?)s$")
 _HINT = "write KIND:FACTORx:SECONDSs, e.g. sudden:2x:30s, sine:2x:20s or gradual:3x:40s"
 SINE_STEP_S = 1.0  # the sine is drawn as linear pieces of this length
+RAMP_FROM = 0.1  # a lead-in ramp starts at this share of the stable rate
 
 
 @dataclass(frozen=True)
@@ -66,8 +67,12 @@ class BurstPattern:
     def text(self) -> str:
         return f"{self.kind}:{self.factor:g}x:{self.length_s:g}s"
 
-    def trace(self, stable_rate: float, duration_s: float, lead_s: float) -> Trace:
-        """The schedule over `duration_s`: `lead_s` stable, the burst part, then stable to the end."""
+    def trace(self, stable_rate: float, duration_s: float, lead_s: float, ramp_s: float = 0.0) -> Trace:
+        """The schedule over `duration_s`: `lead_s` stable, the burst part, then stable to the end.
+
+        With `ramp_s`, the lead-in's first seconds (at most half of it) ramp up from RAMP_FROM of the
+        stable rate, so a query that starts with the trace does not start behind it.
+        """
         burst_s = self.length_s if self.kind != "sine" else duration_s - lead_s - self.length_s / 2
         if lead_s < 0 or lead_s + burst_s > duration_s:
             raise ConfigError(
@@ -75,7 +80,9 @@ class BurstPattern:
                 hint="raise --duration or shorten the burst",
             )
         r, peak = stable_rate, stable_rate * self.factor
-        pieces: list[Segment] = [Segment(lead_s, r, r)] if lead_s > 0 else []
+        ramp = min(ramp_s, lead_s / 2)
+        pieces: list[Segment] = [Segment(ramp, r * RAMP_FROM, r)] if ramp > 0 else []
+        pieces += [Segment(lead_s - ramp, r, r)] if lead_s > 0 else []
         bursts: list[tuple[float, float]] = []
         if self.kind == "sudden":
             pieces.append(Segment(self.length_s, peak, peak))

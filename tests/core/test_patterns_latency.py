@@ -6,7 +6,7 @@ import pytest
 
 from core import latency
 from core.errors import ConfigError
-from core.nexmark.patterns import BurstPattern
+from core.nexmark.patterns import RAMP_FROM, BurstPattern
 
 
 def test_sudden_holds_doubles_and_comes_back() -> None:
@@ -17,6 +17,18 @@ def test_sudden_holds_doubles_and_comes_back() -> None:
     assert rates[50:] == [10_000] * 40
     assert trace.bursts == ((20, 50),)
     assert trace.events == pytest.approx(20 * 10_000 + 30 * 20_000 + 40 * 10_000, abs=1)
+
+
+def test_a_lead_in_ramp_starts_low_and_reaches_the_stable_rate_within_half_the_lead() -> None:
+    trace = BurstPattern.parse("sudden:2x:30s").trace(10_000, 90, 20, ramp_s=5)
+    rates = trace.rate_by_second()
+    assert rates[0] == pytest.approx(10_000 * (RAMP_FROM + (1 - RAMP_FROM) * 0.1), abs=1)  # mid first second
+    assert rates[:5] == sorted(rates[:5]) and rates[4] < 10_000
+    assert rates[5:20] == [10_000] * 15
+    assert rates[20:50] == [20_000] * 30 and trace.bursts == ((20, 50),)
+    short = BurstPattern.parse("sudden:2x:30s").trace(10_000, 90, 4, ramp_s=5).rate_by_second()
+    assert short[1] < 10_000 and short[2:4] == [10_000] * 2  # at most half the lead ramps
+    assert BurstPattern.parse("sudden:2x:30s").trace(10_000, 90, 0, ramp_s=5).rate_by_second()[0] == 20_000
 
 
 def test_sine_swings_between_stable_and_peak_with_its_period() -> None:

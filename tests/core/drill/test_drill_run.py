@@ -49,6 +49,8 @@ def test_a_short_sponge_drill_waits_for_a_steady_run_offloads_the_burst_and_matc
     assert run["records_offloaded"] > 0  # the policy reacted to the burst and workers took records
     assert run["reaction_s"] is not None
     assert len(run["p99_ms_by_second"]) == LEAD_S + 20
+    rates = data["rate_by_second"]
+    assert rates[0] < 0.5 * rates[LEAD_S - 1], "the lead-in ramps up, so the new query starts level"
     assert (report / "report.md").exists() and (report / "latency.png").exists()
     assert run["deployment"]["spark"] == "standalone" and run["deployment"]["vm_cores"] == 1
     # The policy decided nothing until the run was steady, and nothing was offloaded before the onset.
