@@ -43,6 +43,7 @@ from core.drill.report_numbers import (
     fmt_usd,
     peak_p99,
     peak_ratios,
+    peak_vs_pre_burst,
     policy_labels,
     pre_burst,
     runs_of,
@@ -374,6 +375,7 @@ def cell_row(
             "stable_rate": finite(report.get("stable_rate")),
             "peak_p99_ms": {p: peak_p99(r) for p, r in runs.items()},
             "peak_p99_ratio": {p: ratios.get(p) for p in others},
+            "peak_vs_pre_burst": {p: peak_vs_pre_burst(r) for p, r in runs.items()},
             "meets_target": {
                 p: (None if ratios.get(p) is None else ratios[p] <= PEAK_P99_TARGETS[p])
                 for p in others
@@ -433,6 +435,8 @@ def table_rows(matrix: Mapping[str, Any]) -> tuple[list[str], list[list[str]], l
     targets = matrix["targets"]
     header = ["cell", "pattern", "stable rate (events/s)", "sponge peak p99 (ms)"]
     header += [f"sponge ÷ {p}" + (f" (≤ {targets[p]:g}x)" if p in targets else "") for p in others]
+    inflation = [p for p in (REFERENCE_POLICY, "over") if p in policies]
+    header += [f"{p} peak ÷ pre-burst" for p in inflation]
     header += ["sponge reaction (s)", *(f"{p} cost" for p in policies)]
     header += ["sponge cost ÷ over's"] if "over" in others else []
     header += ["fair start", "exact"]
@@ -448,6 +452,7 @@ def table_rows(matrix: Mapping[str, Any]) -> tuple[list[str], list[list[str]], l
             "n/a" if rate is None else f"{rate:,.0f}",
             fmt_ms(row["peak_p99_ms"].get(REFERENCE_POLICY)),
             *(_ratio_text(row, p) for p in others),
+            *(fmt_ratio(row.get("peak_vs_pre_burst", {}).get(p)) for p in inflation),
             fmt_seconds(row.get("reaction_s")),
             *(fmt_usd(row["cost_usd"].get(p)) for p in policies),
         ]
@@ -469,6 +474,7 @@ def write_markdown(matrix: Mapping[str, Any], out: Path, heatmap: Path | None) -
         f"{matrix['cells_done']} of {matrix['cells_total']} cells done",
         "",
         "sponge ÷ X: sponge's peak p99 over X's, ✓ where it meets the drill's target, ✗ where it misses. "
+        "peak ÷ pre-burst: a policy's peak p99 over its own p99 before the burst. "
         "fair start: the policies' p99 before the burst agreed (report.md says how; over's extra "
         "cores may start it lower). exact: every policy's output matched the batch reference.",
         "",

@@ -88,6 +88,11 @@ def peak_p99(run: Mapping[str, Any]) -> float | None:
     return peak
 
 
+def peak_vs_pre_burst(run: Mapping[str, Any]) -> float | None:
+    """The run's peak p99 over its own pre-burst p99: what the burst did to it, whatever its start."""
+    return ratio_of(peak_p99(run), finite(run.get("pre_burst_p99_ms")))
+
+
 def vm_cores(run: Mapping[str, Any]) -> int | None:
     """The VM cores a run held before the burst (its deployment), None when the report does not say."""
     deployment = run.get("deployment")

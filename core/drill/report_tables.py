@@ -28,6 +28,7 @@ from core.drill.report_numbers import (
     mean_p99_during_burst,
     peak_p99,
     peak_ratios,
+    peak_vs_pre_burst,
     policy_labels,
     ratio_of,
     reference_index,
@@ -156,6 +157,7 @@ _CAPACITY_HEADER = (
     "policy",
     "deployment",
     "steady at (s)",
+    "peak ÷ pre-burst p99",
     "admitted in burst (events/s)",
     "VM CPU in burst",
     "share before onset",
@@ -178,6 +180,7 @@ def _capacity_rows(report: Mapping[str, Any]) -> list[list[str]]:
                 label,
                 deployment_text(run),
                 fmt_seconds(finite(run.get("steady_s"))),
+                fmt_ratio(peak_vs_pre_burst(run)),
                 _fmt_number(finite(burst.get("admitted_events_per_s")), 0),
                 ("n/a" if cpu is None else f"{cpu:.0%}") + flag,
                 f"{finite(early.get('max_share')) or 0:.0%}",
@@ -229,7 +232,9 @@ def write_markdown(
     capacity = _capacity_rows(report)
     if capacity:
         lines += ["Deployment and capacity per policy:", ""]
-        lines += md_table(_CAPACITY_HEADER, capacity, ("left", "left", *["right"] * 5))
+        lines += md_table(
+            _CAPACITY_HEADER, capacity, ("left", "left", *["right"] * (len(_CAPACITY_HEADER) - 2))
+        )
         lines.append("")
     for plot in plots:
         path = Path(plot)

@@ -275,6 +275,8 @@ def test_the_table_holds_sponges_ratios_costs_and_exactness(tmp_path: Path, fake
     assert "sponge ÷ noscaling (≤ 0.3x)" in header and header[-2:] == ["fair start", "exact"]
     assert rows[0][:4] == ["q1-sudden", "sudden:2x:30s", "60,000", "850"]
     assert rows[0][4:7] == ["0.21x ✓", "0.44x ✓", "1.21x ✗"]
+    assert header[7:9] == ["sponge peak ÷ pre-burst", "over peak ÷ pre-burst"]
+    assert rows[0][7:9] == [f"{850 / 120:.2f}x", f"{700 / 120:.2f}x"]  # every policy started at 120 ms
     assert (rows[0][-3], rows[0][-2], rows[0][-1], rows[1][-1]) == ("0.75x", "✓", "✓", "✗")
 
 
