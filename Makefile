@@ -69,7 +69,7 @@ drill: setup
 	$(BIN)/sponge drill --query q5 --compare sponge,noscaling,over --pattern sudden:3x:15s --duration 45 --lead 20
 
 # Every query under every burst pattern (3x, as make drill) against sponge, noscaling, vmbase and over: hours.
-# again after a Ctrl-C and the cells already done are kept (runs/drill-matrix/matrix.md).
+# Resumable: run it again after a Ctrl-C and the cells already done are kept (runs/drill-matrix/matrix.md).
 drill-matrix: setup
 	$(BIN)/sponge drill-matrix --duration 60 --lead 20 --patterns sudden:3x:15s,sine:3x:20s,gradual:3x:20s
 
