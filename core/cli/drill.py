@@ -35,7 +35,14 @@ def drill(
         str, typer.Option(help="Burst KIND:FACTORx:SECONDSs: sudden:2x:30s, sine:2x:20s, gradual:3x:40s.")
     ] = "sudden:2x:30s",
     duration: Annotated[float, typer.Option(min=10, help="Seconds of trace per policy.")] = 90.0,
-    lead: Annotated[float, typer.Option(min=5, help="Stable seconds before the burst.")] = 30.0,
+    lead: Annotated[
+        float,
+        typer.Option(
+            min=5,
+            help="Seconds before the burst: the first 5 (at most half) ramp up to the stable rate, so each "
+            "run's query starts level, and the rest hold it.",
+        ),
+    ] = 30.0,
     compare: Annotated[
         str | None,
         typer.Option(
