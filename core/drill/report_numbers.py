@@ -345,20 +345,18 @@ def verdict(report: Mapping[str, Any]) -> str:
 
 def _pre_burst_clause(start: PreBurst, labels: Sequence[str]) -> str:
     allowed = f"{UNFAIR_SPREAD - 1:.0%}"
-    who = "the policies'"
-    if start.extra:
-        who = f"the {start.base_cores}-core policies'"
+    who = f"the {start.base_cores}-core policies'" if start.extra else "the policies'"
     if start.spread is None:
         text = f"before the burst {who} p99 was {fmt_ms(start.low_ms)} ms"
-    elif start.spread <= UNFAIR_SPREAD:
-        text = (
-            f"before the burst {who} p99 lay between {fmt_ms(start.low_ms)} and {fmt_ms(start.high_ms)} ms "
-            f"(within {allowed} of each other: fair)"
-        )
     else:
+        judged = (
+            f"within {allowed} of each other: fair"
+            if start.spread <= UNFAIR_SPREAD
+            else f"UNFAIR: {start.spread:.2f}x apart, over the {allowed} allowed"
+        )
         text = (
             f"before the burst {who} p99 lay between {fmt_ms(start.low_ms)} and {fmt_ms(start.high_ms)} ms "
-            f"(UNFAIR: {start.spread:.2f}x apart, over the {allowed} allowed)"
+            f"({judged})"
         )
     for i, cores, value in start.extra:
         text += f"; {labels[i]}'s was {fmt_ms(value)} ms on {cores} VM cores " + (
