@@ -112,8 +112,8 @@ class PreBurst:
 
     base_cores: int | None  # the fewest VM cores a run held; None when the report does not say
     spread: float | None
-    low_ms: float | None
-    high_ms: float | None
+    low_ms: float
+    high_ms: float
     extra: tuple[tuple[int, int, float], ...]  # (index of the run, its VM cores, its pre-burst p99)
     slow_extra: tuple[int, ...]  # indices of extra-core runs that started too slow
 
