@@ -8,7 +8,8 @@ yields only its heartbeat (ADR 0012). A request names the file only (`chunk_name
 it into the one directory it was started with, so no request can make it write anywhere else.
 
 Exactly once without Spark's sink log: a chunk's file is named by what fixes its content (entity,
-the task's offset range, the chunk's sequence), and that content is deterministic, because the
+the task's offset range, the chunk's sequence; a Kinesis shard's range names its shard too,
+core/kinesis.py `shard_units`), and that content is deterministic, because the
 routing log fixes each offset's plan at its first planning. A retried task or a re-run epoch writes
 the same file again (atomically, by rename). A file counts once the epoch covering its range has
 committed: the offload stream tags its offsets with `DIRECT_SINK_TAG`, and a reader keeps the
@@ -26,6 +27,7 @@ import pyarrow.parquet as pq
 
 from core.atomic_write import write_atomically
 from core.errors import InputError
+from core.kinesis import shard_number, shard_of_unit, shard_units
 
 OFFLOADED_DIR = "_offloaded"  # under the output directory; the leading "_" hides it from Spark
 DIRECT_SINK_TAG = "direct_sink"  # offset key of an offload stream whose rows go straight to the sink
@@ -65,13 +67,15 @@ def committed_chunk_files(output: Path) -> list[Path]:
     files = []
     for f in chunks.iterdir():
         m = _NAME.match(f.name)
-        if m and int(m["end"]) <= committed.get(m["entity"], -1):
+        if m and int(m["end"]) <= committed.get((m["entity"], shard_of_unit(int(m["start"]))), -1):
             files.append(f)
     return sorted(files)
 
 
-def committed_ends(checkpoint: Path) -> dict[str, int]:
-    """Entity -> end offset of its direct-sink stream in the last committed epoch of `checkpoint`."""
+def committed_ends(checkpoint: Path) -> dict[tuple[str, int], int]:
+    """(entity, shard) -> end offset of its direct-sink stream in the last committed epoch of
+    `checkpoint`; a Kinesis stream's shards each have their own units (core/kinesis.py
+    `shard_units`), the other sources one space, shard 0."""
     commits = checkpoint / "commits"
     if not commits.is_dir():
         raise InputError(
@@ -85,8 +89,8 @@ def committed_ends(checkpoint: Path) -> dict[str, int]:
     return _direct_sink_ends(checkpoint / "offsets" / str(max(batches)))
 
 
-def _direct_sink_ends(offsets: Path) -> dict[str, int]:
-    """Entity -> end offset of each direct-sink stream in one entry of Spark's offsets log.
+def _direct_sink_ends(offsets: Path) -> dict[tuple[str, int], int]:
+    """(entity, shard) -> end offset of each direct-sink stream in one entry of Spark's offsets log.
 
     Why strict: which chunk files count is decided by these numbers alone, so an entry that cannot be
     read must stop the reader (an InputError naming the file) rather than count too many rows or too few.
@@ -105,15 +109,20 @@ def _direct_sink_ends(offsets: Path) -> dict[str, int]:
     if len(lines) < 3 or not lines[0].startswith("v"):
         # A whole entry has a version line, the batch's metadata and one line per source.
         raise InputError(f"{offsets} is not a whole Spark offsets log entry (truncated?)", hint=hint)
-    ends: dict[str, int] = {}
+    ends: dict[tuple[str, int], int] = {}
     for number, line in enumerate(lines[2:], start=3):
         if line.strip() == "-":
             continue  # a source without an offset yet
         try:
             offset = json.loads(line)  # each source's own JSON: only ours carry the tag
             if isinstance(offset, dict) and DIRECT_SINK_TAG in offset:
-                unit = "files" if "files" in offset else "event"  # the file source's, else the generator's
-                ends[str(offset[DIRECT_SINK_TAG])] = int(offset[unit])
+                entity = str(offset[DIRECT_SINK_TAG])
+                if "shards" in offset:  # the Kinesis source's: records of each shard
+                    for shard, at in offset["shards"].items():
+                        ends[(entity, shard_number(shard))] = shard_units(shard, int(at["n"]), 0).start
+                else:
+                    unit = "files" if "files" in offset else "event"  # the file source's, the generator's
+                    ends[(entity, 0)] = int(offset[unit])
         except (ValueError, TypeError, KeyError) as e:
             detail = f"no {e}" if isinstance(e, KeyError) else str(e)
             raise InputError(

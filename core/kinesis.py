@@ -18,8 +18,10 @@ the stream's retention keeps them.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -152,6 +154,39 @@ def records_between(
     )
 
 
+def start_position() -> dict:
+    """A shard's position before its first record: nothing read, no event time seen, 0 records."""
+    return {"seq": None, "time": None, "ended": False, "n": 0}
+
+
+# ---------------------------------------------------------------------------------------------
+# Naming records for routing
+
+SHARD_SHIFT = 40  # a shard's records are units [k << 40, (k + 1) << 40): 10^12 records per shard
+_SHARD_NUMBER = re.compile(r"^shardId-(\d+)$")
+
+
+def shard_number(shard: str) -> int:
+    """The shard's number: `shardId-000000000007` is 7 (how Kinesis and LocalStack name shards); any
+    other name gets a stable 22-bit hash, so units stay within an int64."""
+    m = _SHARD_NUMBER.match(shard)
+    if m and int(m[1]) < 1 << 22:
+        return int(m[1])
+    return int.from_bytes(hashlib.sha256(shard.encode()).digest()[:3], "little") >> 2
+
+
+def shard_units(shard: str, first: int, count: int) -> range:
+    """The routing units of a shard's records with ordinals [first, first + count): one offset space
+    for all shards of a stream, like the generator's events or a source's files (ADR 0050)."""
+    base = shard_number(shard) << SHARD_SHIFT
+    return range(base + first, base + first + count)
+
+
+def shard_of_unit(unit: int) -> int:
+    """The shard number a routing unit belongs to (0 for the generator's and the file source's)."""
+    return unit >> SHARD_SHIFT
+
+
 # ---------------------------------------------------------------------------------------------
 # Choosing a micro-batch's end
 
@@ -184,22 +219,33 @@ class Seen:
 
 
 def scan(
-    client: Any, endpoint: KinesisEndpoint, shard: str, after: str | None, limit: int, time_column: str
+    client: Any,
+    endpoint: KinesisEndpoint,
+    shard: str,
+    after: str | None,
+    limit: int,
+    time_column: str,
+    bounded: bool = True,
 ) -> list[Seen]:
-    """Up to `limit` records of `shard` after `after`, as far as its end-of-stream marker."""
+    """Up to `limit` records of `shard` after `after`, as far as its end-of-stream marker; unbounded,
+    a marker is a record like any other (it has no event time and becomes no row)."""
     seen = []
     for record in shard_records(client, endpoint, shard, after, limit):
         data = record["Data"]
         if is_end_marker(data):
-            seen.append(Seen(record["SequenceNumber"], None, end=True))
-            break
+            seen.append(Seen(record["SequenceNumber"], None, end=bounded))
+            if bounded:
+                break
+            continue
         seen.append(Seen(record["SequenceNumber"], event_time_us(data, time_column)))
     return seen
 
 
 def next_shards(shards: dict[str, dict], ahead: dict[str, Sequence[Seen]]) -> dict[str, dict]:
     """The shard positions that end a micro-batch, from where it starts (`shards`: shard ->
-    {"seq", "time", "ended"}) and the records seen ahead in each shard.
+    {"seq", "time", "ended", "n"}) and the records seen ahead in each shard. `n` counts the shard's
+    records up to and including `seq` (markers too): a record's ordinal, which names it in a routed
+    read (`shard_units`), is the same for every reader of the stream.
 
     Why not simply everything seen: Spark's watermark is the largest event time of a batch, and a
     record read later with an earlier time is late and dropped. Records come in event-time order
@@ -209,7 +255,7 @@ def next_shards(shards: dict[str, dict], ahead: dict[str, Sequence[Seen]]) -> di
     """
     state = {s: dict(v) for s, v in shards.items()}
     for s in ahead:
-        state.setdefault(s, {"seq": None, "time": None, "ended": False})
+        state.setdefault(s, start_position())
     latest: list[int | None] = []
     for s, v in state.items():
         if v["ended"]:
@@ -229,9 +275,9 @@ def next_shards(shards: dict[str, dict], ahead: dict[str, Sequence[Seen]]) -> di
             if r.end:
                 if not everything:
                     break
-                v.update(seq=r.seq, ended=True)
+                v.update(seq=r.seq, ended=True, n=v.get("n", 0) + 1)
                 break
-            v["seq"] = r.seq
+            v.update(seq=r.seq, n=v.get("n", 0) + 1)
             if r.time_us is not None:
                 v["time"] = r.time_us
     return state

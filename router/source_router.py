@@ -17,9 +17,10 @@ moves its watermark, so windows close on time whatever the share.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import lru_cache
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
+from core import atomic_write
 from core.direct_sink import chunk_name
 from core.errors import ConfigError
 from core.nexmark.schema import END_OF_STREAM_TIME_US, ENTITIES, TIMESTAMP, schema_for
@@ -36,6 +38,7 @@ from core.offload_plan import DEFAULT_OFFLOAD_COST, key_groups_of, record_units
 from router.keyed_route import RECEIPT_FIELDS, stash_chunks, with_groups
 
 if TYPE_CHECKING:
+    from core.file_schema import FileSchema
     from core.nexmark.generator import GeneratorConfig
     from lambda_worker.program import ProgramSpec
     from lambda_worker.transient import TransientProgram
@@ -47,6 +50,7 @@ LOCAL = "local"
 OFFLOAD = "offload"
 ROUTES = (LOCAL, OFFLOAD)
 TASK_FAILURE_SALT = 0x5851F42D4C957F2D
+COUNTS = "counts"  # beside a read source's routing log: what its VM read took and routed, per task
 
 
 @dataclass(frozen=True)
@@ -228,6 +232,76 @@ def read_routed(
         yield heartbeat_batch(schema, time_column, END_OF_STREAM_TIME_US)
 
 
+def route_records(
+    route: RouteOptions,
+    source: FileSchema,
+    table: pa.Table,
+    ids: np.ndarray,
+    span: tuple[int, int],
+    segments: tuple[Segment, ...],
+    counts: Path | None,
+) -> Iterator[pa.RecordBatch]:
+    """The batches of one routed task over records that were read, not generated: a file (ADR 0037)
+    or a shard's range of a Kinesis stream (ADR 0050). `table` holds the task's valid records,
+    `ids` their routing units (a function of where they are in the input alone, so both reads split
+    them alike on every attempt), `span` the task's units [start, end) and `segments` the plans
+    routing them. Then the task's heartbeat at its last event time, so a stream whose records all
+    went the other way still moves its watermark. The VM's read notes in `counts` how many records
+    it read and how many went to the workers (the same on every replay).
+    """
+    from router.routing_log import routed_mask
+
+    schema = output_schema(source.arrow, route)
+    groups = key_groups_of(table.select(list(route.keys))) if route.keys else None
+    sent = routed_mask(segments, ids, groups)
+    keep = ~sent if route.route == LOCAL else sent
+    if route.route == LOCAL and counts is not None:
+        note_counts(counts, span[0], table.num_rows, int(sent.sum()))
+    if keep.any():
+        records = table.filter(pa.array(keep))
+        if route.route != LOCAL:
+            wanted = {*sent_columns(source.arrow, route), *(route.keys and (*route.keys, source.event_time))}
+            records = records.select([c for c in source.arrow.names if c in wanted])
+        kept = groups[keep] if groups is not None else None
+        yield from routed_batches(
+            route, source.name, *span, records, kept, segments, schema, source.event_time
+        )
+    maybe_fail(route, source.name, span[0], attempt_number())
+    if table.num_rows:
+        last_us = int(np.max(table[source.event_time].cast(pa.int64()).to_numpy()))
+        time_column = source.event_time if route.route == LOCAL else route.event_time
+        yield heartbeat_batch(schema, time_column, last_us)
+
+
+def attempt_number() -> int | None:
+    """The running Spark task's attempt (injected task failures need it); None outside a task."""
+    from pyspark import TaskContext
+
+    task = TaskContext.get()
+    return task.attemptNumber() if task is not None else None
+
+
+def note_counts(directory: Path, unit: int, rows: int, routed: int) -> None:
+    """Record a task's valid records and how many went to the workers, by the task's first unit."""
+    path = directory / f"{unit:09d}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write.write_text(path, json.dumps({"rows": rows, "routed": routed}))
+
+
+def routed_counts(offload_dir: Path, sources: Iterable[str]) -> tuple[int, int]:
+    """The valid records of every task the sources' VM reads noted (in `counts/` directories of their
+    routing logs, `OFFLOAD_DIR/<kind>/<source>/...`), and those routed to the workers.
+
+    Read after a run stops: a task's counts are noted by the read of an epoch that has committed
+    (a stopped run ends between epochs; a crashed one writes no summary)."""
+    rows = routed = 0
+    for source in sources:
+        for path in offload_dir.glob(f"*/{source}/**/{COUNTS}/*.json"):
+            counts = json.loads(path.read_text(encoding="utf-8"))
+            rows, routed = rows + counts["rows"], routed + counts["routed"]
+    return rows, routed
+
+
 def routed_batches(
     route: RouteOptions,
     source: str,
@@ -243,8 +317,9 @@ def routed_batches(
     records themselves (local), the receipts of their stash (a keyed stage's input, by `groups`), or
     what the workers return; in the stream's `schema`, without heartbeats.
 
-    One home for both kinds of routed source: the generator's (offsets are events) and the file
-    source's (offsets are files, core/spark/file_source.py).
+    One home for every kind of routed source: the generator's (offsets are events), and through
+    `route_records` the file source's (offsets are files) and the Kinesis source's (offsets are
+    records of a shard).
     """
     if route.route == LOCAL:
         tables = [records]

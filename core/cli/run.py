@@ -159,8 +159,8 @@ def run(
             metavar="generator|kinesis",
             help="Where records come from: generator (default: NEXMark's generator, or the files of "
             "--input), or kinesis: the records of --stream (written by `sponge produce`), to its "
-            "end-of-stream markers; bad records go to OUTPUT/dead_letter. Offloading over Kinesis is "
-            "not there yet.",
+            "end-of-stream markers; bad records go to OUTPUT/dead_letter. --offload-share offloads a "
+            "fixed share of them; --policy cannot watch a stream yet.",
         ),
     ] = "generator",
     stream: Annotated[str | None, typer.Option("--stream", help="With --source kinesis: the stream.")] = None,
@@ -196,7 +196,7 @@ def run(
     from core.spark.session import SparkConfig, executor_jvms, worker_memory_mb
 
     check_master(master)
-    kinesis = kinesis_endpoint(source, stream, endpoint_url, region, input_dir, offload_share, policy, rate)
+    kinesis = kinesis_endpoint(source, stream, endpoint_url, region, input_dir, policy, rate)
     check_policy(policy, offload_share, per_core_rate, rho, rate=rate, input_dir=input_dir)
     settings_file = config  # `config` becomes the run's configuration below
     memory = memory_config(
@@ -276,7 +276,6 @@ def kinesis_endpoint(
     endpoint_url: str | None,
     region: str,
     input_dir: Path | None,
-    offload_share: float | None,
     policy: str,
     rate: float | None,
 ):
@@ -293,10 +292,10 @@ def kinesis_endpoint(
         return None
     if not stream:
         raise ConfigError("--source kinesis reads a stream", hint="pass --stream NAME (see `sponge produce`)")
-    if offload_share is not None or policy != "none":
+    if policy != "none":
         raise ConfigError(
-            "a run over Kinesis cannot offload yet: its records are read on the VMs only",
-            hint="drop --offload-share and --policy (or read generated events or --input files to offload)",
+            "a policy cannot watch a run over Kinesis yet: it has no measure of the stream's backlog",
+            hint="drop --policy; --offload-share offloads a fixed share of the stream's records",
         )
     for flag, value in (("--input", input_dir), ("--rate", rate)):
         if value is not None:

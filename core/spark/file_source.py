@@ -38,13 +38,12 @@ OFFLOAD_DIR/files/<source>/: a file is routed by one plan, fixed at its first pl
 record `row` of file `i` is numbered `i << 32 | row`, so a plan's record share hashes it as the
 generator's share hashes an event's offset, and a keyed stage's input goes by its key group. Both
 reads validate the same file and write the same dead letters (replaced atomically, identical either
-way). The VM's read notes each file's valid and routed records (`routed_counts`), which the run's
-summary adds up.
+way). The VM's read notes each file's valid and routed records (router/source_router.py
+`routed_counts`), which the run's summary adds up.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,7 +54,6 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxFiles, SupportsTriggerAvailableNow
 
-from core import atomic_write
 from core.direct_sink import DIRECT_SINK_TAG
 from core.errors import ConfigError, InputError
 from core.file_schema import FileSchema
@@ -203,73 +201,27 @@ def source_routing_dir(offload_dir: Path, source: str) -> Path:
     return offload_dir / "files" / source
 
 
-def read_routed(
-    options: FileSourceOptions, partition: FilePartition, attempt: int | None
-) -> Iterator[pa.RecordBatch]:
-    """The batches of one routed file task: the records its route keeps (or what the workers return
-    for them), then a heartbeat at the file's last event time, so a stream whose records all went the
-    other way still moves its watermark; `attempt` is the Spark task's (task failures need it)."""
-    from router.routing_log import Segment, routed_mask
-    from router.source_router import heartbeat_batch, maybe_fail, output_schema, routed_batches, sent_columns
+def read_routed(options: FileSourceOptions, partition: FilePartition) -> Iterator[pa.RecordBatch]:
+    """The batches of one routed file task (router/source_router.py `route_records`), then at the end
+    of a bounded stream the punctuation's heartbeat."""
+    from router.routing_log import Segment
+    from router.source_router import COUNTS, heartbeat_batch, output_schema, route_records
 
     route, source = options.route, options.source
     assert route is not None
-    schema = output_schema(source.arrow, route)
-    time_column = source.event_time if route.route == LOCAL else route.event_time
     if partition.path is not None:
         table = pa.Table.from_batches(
             list(read_file(partition.path, source, options.dead_letter)), schema=source.arrow
         )
         ids = (np.int64(partition.index) << 32) | np.arange(table.num_rows, dtype=np.int64)
-        groups = None
-        if route.keys:
-            from core.offload_plan import key_groups_of
-
-            groups = key_groups_of(table.select(list(route.keys)))
-        # A file is one task of one plan: its segment routes every row of it.
-        sent = routed_mask(tuple(Segment(0, s.plan) for s in partition.segments[-1:]), ids, groups)
-        keep = ~sent if route.route == LOCAL else sent
-        if route.route == LOCAL:
-            note_counts(route.offload_dir, source.name, partition.index, table.num_rows, int(sent.sum()))
-        if keep.any():
-            records = table.filter(pa.array(keep))
-            if route.route != LOCAL:
-                wanted = {
-                    *sent_columns(source.arrow, route),
-                    *(route.keys and (*route.keys, source.event_time)),
-                }
-                records = records.select([c for c in source.arrow.names if c in wanted])
-            kept = groups[keep] if groups is not None else None
-            span = (partition.index, partition.index + 1)
-            yield from routed_batches(
-                route, source.name, *span, records, kept, partition.segments, schema, source.event_time
-            )
-        maybe_fail(route, source.name, partition.index, attempt)
-        if table.num_rows:
-            last_us = int(np.max(table[source.event_time].cast(pa.int64()).to_numpy()))
-            yield heartbeat_batch(schema, time_column, last_us)
+        # A file is one task of one plan: its segment routes every row of it, whatever the rows' ids.
+        plan = tuple(Segment(0, s.plan) for s in partition.segments[-1:])
+        counts = source_routing_dir(route.offload_dir, source.name) / COUNTS
+        span = (partition.index, partition.index + 1)
+        yield from route_records(route, source, table, ids, span, plan, counts)
     if partition.punctuate:
-        yield heartbeat_batch(schema, time_column, END_OF_STREAM_TIME_US)
-
-
-def note_counts(offload_dir: Path, source: str, index: int, rows: int, routed: int) -> None:
-    """Record file `index`'s valid records and how many went to the workers (the same on every replay)."""
-    path = source_routing_dir(offload_dir, source) / "counts" / f"{index:09d}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write.write_text(path, json.dumps({"rows": rows, "routed": routed}))
-
-
-def routed_counts(offload_dir: Path, sources: Sequence[str]) -> tuple[int, int]:
-    """The valid records of every file the sources' VM reads took, and those routed to the workers.
-
-    Read after a run stops: a file's counts are noted by the read of an epoch that has committed
-    (a stopped run ends between epochs; a crashed one writes no summary)."""
-    rows = routed = 0
-    for source in sources:
-        for path in (source_routing_dir(offload_dir, source) / "counts").glob("*.json"):
-            counts = json.loads(path.read_text(encoding="utf-8"))
-            rows, routed = rows + counts["rows"], routed + counts["routed"]
-    return rows, routed
+        time_column = source.event_time if route.route == LOCAL else route.event_time
+        yield heartbeat_batch(output_schema(source.arrow, route), time_column, END_OF_STREAM_TIME_US)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -382,10 +334,7 @@ class FileStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if self.options.route is None or not isinstance(partition, FilePartition):
             return read_partition(self.options, partition)
-        from pyspark import TaskContext
-
-        task = TaskContext.get()
-        return read_routed(self.options, partition, task.attemptNumber() if task is not None else None)
+        return read_routed(self.options, partition)
 
     def commit(self, end: dict) -> None:
         """Nothing to release: input files are left in place so any batch can be replayed."""

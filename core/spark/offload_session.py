@@ -460,8 +460,10 @@ class OffloadSession:
             df = source_stream(spark, run_config, chain.entity, own, pace_origin, options)
             # A generated stream's epochs cover the VM's offsets exactly (RoutingLog.agreed_end): the
             # VM's watermark holds the workers' rows back too, and a stream without one of its own
-            # may skip an epoch's task (docs/adr/0042). A file source's streams plan their own ends.
-            watermark = time_column if run_config.input is not None else None
+            # may skip an epoch's task (docs/adr/0042). A file or Kinesis source's streams plan their
+            # own ends.
+            read = run_config.input is not None or run_config.kinesis is not None
+            watermark = time_column if read else None
             df = keep_alive(df, watermark, heartbeats=True)
             return df.drop("window_end") if chain.kind == PARTIAL else df
 

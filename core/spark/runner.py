@@ -88,11 +88,10 @@ class RunConfig:
             raise ConfigError(
                 "offloading needs the rewritten plan", hint="drop plain when passing --offload-share"
             )
-        if self.kinesis is not None and (self.input is not None or self.pace or self.offload is not None):
+        if self.kinesis is not None and (self.input is not None or self.pace):
             raise ConfigError(
-                "a run over a Kinesis stream reads its records as they come, on the VMs only",
-                hint="drop --input, --rate, --offload-share and --policy sponge (offloading over Kinesis "
-                "is not there yet); pace the stream with `sponge produce --rate`",
+                "a run over a Kinesis stream reads its records as they come",
+                hint="drop --input and --rate; pace the stream with `sponge produce --rate`",
             )
         if self.follow and self.input is None:
             raise ConfigError("--follow reads the files of --input as they arrive", hint="pass --input DIR")
@@ -183,7 +182,7 @@ def _run_query(
     stop: threading.Event | None = None,
 ) -> dict:
     from core.spark.file_source import register as register_file_source
-    from core.spark.file_source import require_entity_dirs, routed_counts
+    from core.spark.file_source import require_entity_dirs
     from core.spark.input_validation import dead_letter_summary
     from core.spark.lower import lower_plain, lower_rewritten
 
@@ -255,9 +254,11 @@ def _run_query(
     entities = [n.op.entity for n in logical.nodes if isinstance(n.op, Source)]
     routed = 0
     read = config.input is not None or config.kinesis is not None  # records read, not generated
-    if config.input is not None and session is not None:
-        # Routed streams also carry heartbeats and workers' results: the VM's reads noted each file's
+    if read and session is not None:
+        # Routed streams also carry heartbeats and workers' results: the VM's reads noted each task's
         # records (over the whole run, a resumed one included).
+        from router.source_router import routed_counts
+
         records_in, routed = routed_counts(out / OFFLOAD_DIR, entities)
     elif read:
         punctuations = 0 if stopped or config.follow else n_sources

@@ -76,7 +76,7 @@ def source_stream(
     describes a user's source; else `entity` names a NEXMark entity), its stream's records, or the
     generator's events."""
     if config.kinesis is not None:
-        return kinesis_stream(spark, config, entity, own)
+        return kinesis_stream(spark, config, entity, own, options)
     if config.input is None:
         return generated_stream(spark, config, entity, pace_origin, options)
     reader = (
@@ -92,9 +92,11 @@ def source_stream(
     return reader.load()
 
 
-def kinesis_stream(spark, config: StreamedRun, entity: str, own: FileSchema | None):
+def kinesis_stream(
+    spark, config: StreamedRun, entity: str, own: FileSchema | None, options: Mapping[str, str]
+):
     """A source's records from the run's Kinesis stream (core/spark/kinesis_source.py), to the
-    producer's end-of-stream markers; not routed (offloading reads its share from the VM's read)."""
+    producer's end-of-stream markers, routed by `options` if any."""
     stream = config.kinesis
     assert stream is not None
     reader = (
@@ -107,6 +109,8 @@ def kinesis_stream(spark, config: StreamedRun, entity: str, own: FileSchema | No
     if stream.endpoint_url:
         reader = reader.option("endpoint_url", stream.endpoint_url)
     reader = reader.option("schema", own.to_option()) if own else reader.option("entity", entity)
+    for k, v in options.items():
+        reader = reader.option(k, v)
     return reader.load()
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from core.direct_sink import DIRECT_SINK_TAG, chunk_file, committed_chunk_files, write_chunk
 from core.errors import InputError
+from core.kinesis import shard_units
 from core.results import read_results
 
 
@@ -41,6 +42,27 @@ def test_chunk_files_of_an_uncommitted_epoch_are_not_read(tmp_path: Path) -> Non
     _checkpoint(tmp_path, offsets, committed=[0, 1])
     assert committed_chunk_files(tmp_path) == sorted(done)
     assert sorted(read_results(tmp_path).column("x").to_pylist()) == [1, 2, 3]
+
+
+def test_a_kinesis_shards_chunks_count_up_to_that_shards_committed_end(tmp_path: Path) -> None:
+    """Each shard has its own units (core/kinesis.py `shard_units`) and its own committed end: a chunk
+    of one shard is not counted by another shard's progress."""
+    a, b = "shardId-000000000000", "shardId-000000000003"
+
+    def chunk(shard: str, first: int, count: int, value: int) -> Path:
+        units = shard_units(shard, first, count)
+        return _chunk(tmp_path, units.start, units.stop, 0, [value])
+
+    done = [chunk(a, 0, 50, 1), chunk(b, 0, 20, 2)]
+    chunk(a, 50, 30, 3)  # beyond shard a's committed 50 records
+    chunk(b, 20, 5, 4)  # beyond shard b's 20 records
+    shards = {
+        a: {"seq": "9", "time": 1, "ended": False, "n": 50},
+        b: {"seq": "7", "time": 1, "ended": False, "n": 20},
+    }
+    offset = {"stream": "s", "source": "bid", "shards": shards, "done": False, DIRECT_SINK_TAG: "bid"}
+    _checkpoint(tmp_path, {0: [offset]}, committed=[0])
+    assert committed_chunk_files(tmp_path) == sorted(done)
 
 
 def test_rewriting_a_chunk_replaces_it_whole(tmp_path: Path) -> None:

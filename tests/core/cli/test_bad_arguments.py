@@ -120,6 +120,10 @@ CASES: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
     (("run", "q42", "-o", "{tmp}/out"), ("unknown query 'q42'",)),
     (("run", "q1", "-o", "{tmp}/out", "--rate", "-5"), ("--rate", "sponge run --help")),
     (("run", "q1", "-o", "{file}"), ("--output", "is a file")),
+    (
+        ("run", "q1", "-o", "{tmp}/out", "--source", "kinesis", "--stream", "s", "--policy", "sponge"),
+        ("cannot watch a run over Kinesis", "--offload-share"),
+    ),
     (("run", "q1", "-o", "{tmp}/out", "--input", "{missing}"), ("--input", "does not exist")),
     (("run", "q1", "-o", "{tmp}/out", "--input", "{file}"), ("--input", "is a file")),
     (("run", "q1", "-o", "{tmp}/out", "--master", "bogus"), ("not a Spark master URL", "local[N]")),

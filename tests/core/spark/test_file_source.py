@@ -35,7 +35,6 @@ from core.spark.file_source import (
     read_partition,
     register,
     require_entity_dirs,
-    routed_counts,
 )
 from core.spark.input_validation import (
     RecordError,
@@ -46,6 +45,7 @@ from core.spark.input_validation import (
     reason_kind,
 )
 from core.spark.source import end_of_stream_batch
+from router.source_router import routed_counts
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
