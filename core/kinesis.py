@@ -159,6 +159,83 @@ def start_position() -> dict:
     return {"seq": None, "time": None, "ended": False, "n": 0}
 
 
+class StreamTail:
+    """How many records a stream's shards hold now (markers included, as the offsets' `n` counts),
+    kept up to date by reading only what arrived since the last look: a live policy's released
+    records (core/spark/live_policy.py `KinesisBacklog`).
+
+    Why read records to count them: Kinesis has no count, and sequence numbers are not dense. The
+    tail keeps one iterator per shard (GetShardIterator is rationed at 5 calls a second per shard),
+    so each look is one GetRecords per shard when nothing arrived. It is a third reader of the
+    stream, beside the VM's and the workers' reads, and shares their read throughput.
+    """
+
+    LIST_EVERY_S = 10.0  # how often to look for shards added by a reshard
+
+    def __init__(self, endpoint: KinesisEndpoint, client: Any = None) -> None:
+        self.endpoint = endpoint
+        self._client = client
+        self._counts: dict[str, int] = {}
+        self._last: dict[str, str | None] = {}  # the last sequence number counted, per shard
+        self._iterators: dict[str, str | None] = {}
+        self._listed = float("-inf")
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = self.endpoint.client()
+        return self._client
+
+    def count(self) -> int:
+        """The records the stream's shards hold, as far as Kinesis shows them now."""
+        import time
+
+        if time.monotonic() - self._listed >= self.LIST_EVERY_S:
+            for shard in shard_ids(self.client, self.endpoint):
+                self._counts.setdefault(shard, 0)
+                self._last.setdefault(shard, None)
+            self._listed = time.monotonic()
+        for shard in self._counts:
+            call("GetRecords", self.endpoint, self._catch_up, shard=shard)
+        return sum(self._counts.values())
+
+    def _catch_up(self, shard: str) -> None:
+        from botocore.exceptions import ClientError
+
+        for _ in range(1000):  # pages; a tail this far behind is caught up at the next look
+            iterator = self._iterators.get(shard) or self._iterator(shard)
+            try:
+                page = self.client.get_records(ShardIterator=iterator, Limit=GET_LIMIT)
+            except ClientError as err:
+                if err.response.get("Error", {}).get("Code") != "ExpiredIteratorException":
+                    raise
+                self._iterators[shard] = None  # iterators live five minutes: take a new one
+                continue
+            records = page["Records"]
+            if records:
+                self._counts[shard] += len(records)
+                self._last[shard] = records[-1]["SequenceNumber"]
+            self._iterators[shard] = page.get("NextShardIterator")
+            if not records or page.get("MillisBehindLatest", 0) == 0 or not self._iterators[shard]:
+                return
+
+    def _iterator(self, shard: str) -> str:
+        last = self._last[shard]
+        start = (
+            {"ShardIteratorType": "TRIM_HORIZON"}
+            if last is None
+            else {"ShardIteratorType": "AFTER_SEQUENCE_NUMBER", "StartingSequenceNumber": last}
+        )
+        return call(
+            "GetShardIterator",
+            self.endpoint,
+            self.client.get_shard_iterator,
+            StreamName=self.endpoint.stream,
+            ShardId=shard,
+            **start,
+        )["ShardIterator"]
+
+
 # ---------------------------------------------------------------------------------------------
 # Naming records for routing
 

@@ -50,6 +50,7 @@ from core.console import err, out
 from core.errors import ConfigError
 
 if TYPE_CHECKING:
+    from core.kinesis import KinesisEndpoint
     from core.spark.live_policy import LivePolicy
     from core.spark.runner import RunConfig
 
@@ -159,8 +160,8 @@ def run(
             metavar="generator|kinesis",
             help="Where records come from: generator (default: NEXMark's generator, or the files of "
             "--input), or kinesis: the records of --stream (written by `sponge produce`), to its "
-            "end-of-stream markers; bad records go to OUTPUT/dead_letter. --offload-share offloads a "
-            "fixed share of them; --policy cannot watch a stream yet.",
+            "end-of-stream markers; bad records go to OUTPUT/dead_letter. --offload-share or --policy "
+            "sponge offloads them as for the other sources.",
         ),
     ] = "generator",
     stream: Annotated[str | None, typer.Option("--stream", help="With --source kinesis: the stream.")] = None,
@@ -196,8 +197,8 @@ def run(
     from core.spark.session import SparkConfig, executor_jvms, worker_memory_mb
 
     check_master(master)
-    kinesis = kinesis_endpoint(source, stream, endpoint_url, region, input_dir, policy, rate)
-    check_policy(policy, offload_share, per_core_rate, rho, rate=rate, input_dir=input_dir)
+    kinesis = kinesis_endpoint(source, stream, endpoint_url, region, input_dir, rate)
+    check_policy(policy, offload_share, per_core_rate, rho, rate=rate, input_dir=input_dir, kinesis=kinesis)
     settings_file = config  # `config` becomes the run's configuration below
     memory = memory_config(
         driver_memory,
@@ -276,7 +277,6 @@ def kinesis_endpoint(
     endpoint_url: str | None,
     region: str,
     input_dir: Path | None,
-    policy: str,
     rate: float | None,
 ):
     """The stream a run reads with --source kinesis (None for the generator or files); refuses what
@@ -292,11 +292,6 @@ def kinesis_endpoint(
         return None
     if not stream:
         raise ConfigError("--source kinesis reads a stream", hint="pass --stream NAME (see `sponge produce`)")
-    if policy != "none":
-        raise ConfigError(
-            "a policy cannot watch a run over Kinesis yet: it has no measure of the stream's backlog",
-            hint="drop --policy; --offload-share offloads a fixed share of the stream's records",
-        )
     for flag, value in (("--input", input_dir), ("--rate", rate)):
         if value is not None:
             raise ConfigError(
@@ -321,6 +316,7 @@ def check_policy(
     *,
     rate: float | None,
     input_dir: Path | None,
+    kinesis: KinesisEndpoint | None = None,
 ) -> None:
     """Refuse a --policy that cannot work, before anything starts."""
     from core.spark.live_policy import POLICIES
@@ -337,7 +333,7 @@ def check_policy(
         raise ConfigError(
             f"{tuned[0]} tunes the sponge policy", hint=f"add --policy sponge, or drop {tuned[0]}"
         )
-    if policy != "none" and rate is None and input_dir is None:
+    if policy != "none" and rate is None and input_dir is None and kinesis is None:
         raise ConfigError(
             f"--policy {policy} watches the input's backlog, and generated events without --rate are all "
             "there at once (a backlog of the whole stream)",
@@ -371,6 +367,7 @@ def live_policy(
             config.follow,
             config.generator.schedule,
             config.generator.events,
+            config.kinesis,
         ),
         per_core_rate=per_core_rate or profile.per_core_rate or DEFAULT_PER_CORE_RATE,
         rho=rho or profile.rho or DEFAULT_RHO,

@@ -11,7 +11,7 @@ gauges) live here once; core/drill/run_policy.py uses them.
 The backlog is in records: `released()` what the sources have made available, `committed()` what
 finished epochs have read. For files, a file counts once it has its `.jsonl` (or `.parquet`) name (a
 writer renames it into place when it is whole), with core/spark/file_source.py's own listing, so what
-is counted is what the source reads.
+is counted is what the source reads. For a Kinesis stream, a record counts once Kinesis shows it.
 """
 
 from __future__ import annotations
@@ -224,6 +224,36 @@ class GeneratedBacklog:
 
     def committed(self) -> int:
         return self.covered
+
+
+class KinesisBacklog:
+    """The backlog of a run over a Kinesis stream: released, the records its shards hold now (read off
+    the stream's tail, core/kinesis.py `StreamTail`); committed, per shard, the records below the
+    position every source's committed epochs reached (the offsets' `n`).
+
+    Records of every kind count, as the generated backlog counts events of every entity: a NEXMark
+    stream holds all three, and each source's read moves through all of them.
+    """
+
+    def __init__(self, tail: Any, sources: Iterable[FileSchema | str]) -> None:
+        self.tail = tail
+        self.sources = tuple(s if isinstance(s, str) else s.name for s in sources)
+        self._read: dict[tuple[str, str], int] = {}  # (source, shard) -> records committed
+
+    def on_progress(self, p: Mapping[str, Any]) -> None:
+        for s in p.get("sources", ()):
+            end = json.loads(s.get("endOffset") or "null")
+            if isinstance(end, dict) and "shards" in end and end.get("source") in self.sources:
+                for shard, at in end["shards"].items():
+                    key = (end["source"], shard)
+                    self._read[key] = max(self._read.get(key, 0), int(at.get("n", 0)))
+
+    def released(self) -> int:
+        return self.tail.count()
+
+    def committed(self) -> int:
+        shards = {shard for _, shard in self._read}
+        return sum(min(self._read.get((source, shard), 0) for source in self.sources) for shard in shards)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -567,9 +597,19 @@ class LivePolicy(RunHooks):
 
 
 def backlog_for(
-    input_dir: Path | None, sources: Sequence[FileSchema | str], follow: bool, schedule: Any, events: int
+    input_dir: Path | None,
+    sources: Sequence[FileSchema | str],
+    follow: bool,
+    schedule: Any,
+    events: int,
+    kinesis: Any = None,
 ) -> Backlog:
-    """The backlog of a run: its input files, or its generated schedule."""
+    """The backlog of a run: its Kinesis stream (a core.kinesis.KinesisEndpoint), its input files, or
+    its generated schedule."""
+    if kinesis is not None:
+        from core.kinesis import StreamTail
+
+        return KinesisBacklog(StreamTail(kinesis), sources)
     if input_dir is not None:
         return FileBacklog(input_dir, sources, follow)
     return GeneratedBacklog(schedule, events)

@@ -121,8 +121,8 @@ CASES: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
     (("run", "q1", "-o", "{tmp}/out", "--rate", "-5"), ("--rate", "sponge run --help")),
     (("run", "q1", "-o", "{file}"), ("--output", "is a file")),
     (
-        ("run", "q1", "-o", "{tmp}/out", "--source", "kinesis", "--stream", "s", "--policy", "sponge"),
-        ("cannot watch a run over Kinesis", "--offload-share"),
+        ("run", "q1", "-o", "{tmp}/out", "--source", "kinesis", "--stream", "s", "--rate", "100"),
+        ("--rate is for the other sources", "sponge produce --rate"),
     ),
     (("run", "q1", "-o", "{tmp}/out", "--input", "{missing}"), ("--input", "does not exist")),
     (("run", "q1", "-o", "{tmp}/out", "--input", "{file}"), ("--input", "is a file")),

@@ -3,8 +3,8 @@ workers' read cut their batches apart, yet every record gets one routing decisio
 log, whichever read planned it first and whatever plan was current then; the VM's read keeps exactly
 the records that decision leaves it and notes how many it read and sent.
 
-The stream is a stand-in for Kinesis's API (the few calls core/kinesis.py makes), which is allowed
-here because this is the unit test of the code that talks to it; tests/core/spark/test_kinesis_source.py
+The stream is a stand-in for Kinesis's API (tests/core/kinesis_stand_in.py), which is allowed here
+because this is the unit test of the code that talks to it; tests/core/spark/test_kinesis_source.py
 runs the same reads against LocalStack, inside Spark.
 """
 
@@ -30,36 +30,9 @@ from core.produce import event_records
 from core.spark.kinesis_source import KinesisSourceOptions, KinesisStreamReader, ShardRange
 from router.routing_log import routed_mask, write_current_plan
 from router.source_router import HEARTBEAT, routed_counts
+from tests.core.kinesis_stand_in import MemoryStream
 
 SHARDS = ("shardId-000000000000", "shardId-000000000001")
-
-
-class MemoryStream:
-    """Kinesis's ListShards, GetShardIterator and GetRecords over records held in memory."""
-
-    def __init__(self, shards: dict[str, list[bytes]]) -> None:
-        self.shards = {
-            s: [(str(1000 + 7 * i), data) for i, data in enumerate(rs)] for s, rs in shards.items()
-        }
-
-    def list_shards(self, **_: Any) -> dict:
-        return {"Shards": [{"ShardId": s} for s in self.shards]}
-
-    def get_shard_iterator(self, ShardId: str, ShardIteratorType: str, **kw: Any) -> dict:
-        records = self.shards[ShardId]
-        at = 0
-        if ShardIteratorType == "AFTER_SEQUENCE_NUMBER":
-            at = 1 + next(i for i, (seq, _) in enumerate(records) if seq == kw["StartingSequenceNumber"])
-        return {"ShardIterator": f"{ShardId}|{at}"}
-
-    def get_records(self, ShardIterator: str, Limit: int) -> dict:
-        shard, at = ShardIterator.split("|")
-        page = self.shards[shard][int(at) : int(at) + min(Limit, 3)]  # short pages, as Kinesis gives
-        return {
-            "Records": [{"SequenceNumber": seq, "Data": data} for seq, data in page],
-            "NextShardIterator": f"{shard}|{int(at) + len(page)}",
-            "MillisBehindLatest": 0,
-        }
 
 
 def served(stream: MemoryStream) -> Any:

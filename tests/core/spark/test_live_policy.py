@@ -9,11 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from core.kinesis import KinesisEndpoint, StreamTail
 from core.nexmark.schedule import RateSchedule
 from core.run_status import DECISIONS, HISTORY, LATEST, METRICS, POLICY_DIR, STATUS_DIR
 from core.spark.live_policy import (
     FileBacklog,
     GeneratedBacklog,
+    KinesisBacklog,
     LivePolicy,
     StatusFiles,
     count_lines,
@@ -22,6 +24,7 @@ from core.spark.live_policy import (
 )
 from policy.monitor import Observation
 from policy.offload_policy import Decision
+from tests.core.kinesis_stand_in import MemoryStream
 
 
 def write(path: Path, lines: int, tail: str = "") -> None:
@@ -89,6 +92,29 @@ def test_file_backlog_ignores_offsets_of_other_sources_and_the_generator(tmp_pat
     event = {"startOffset": None, "endOffset": json.dumps({"event": 500})}
     backlog.on_progress({**progress(("other", 5)), "sources": [*progress(("other", 5))["sources"], event]})
     assert backlog.committed() == 0
+
+
+def test_kinesis_backlog_releases_what_the_stream_holds_and_commits_the_slowest_sources_position() -> None:
+    """Released: the records the shards hold now (read off the stream's tail, markers too); committed:
+    per shard, the least any source's committed epochs reached (a NEXMark stream's sources all read
+    every record of it)."""
+    a, b = "shardId-000000000000", "shardId-000000000001"
+    stream = MemoryStream({a: [b"{}"] * 7, b: [b"{}"] * 4})
+    backlog = KinesisBacklog(StreamTail(KinesisEndpoint("s"), client=stream), ["bid", "auction"])
+    assert (backlog.released(), backlog.committed()) == (11, 0)
+    stream.put(b, [b"{}"] * 5)
+    stream.expire()  # the tail takes a new iterator after its own expired, and counts nothing twice
+    assert backlog.released() == 16
+
+    def at(source: str, **n: int) -> dict:
+        shards = {name: {"seq": "1", "time": 0, "ended": False, "n": v} for name, v in n.items()}
+        return {"startOffset": None, "endOffset": json.dumps({"source": source, "shards": shards})}
+
+    ends = [at("bid", **{a: 5, b: 9}), at("auction", **{a: 6, b: 2}), at("person", **{a: 7, b: 9})]
+    backlog.on_progress({"sources": ends})
+    assert backlog.committed() == 5 + 2  # person is no source of this run
+    backlog.on_progress({"sources": [at("auction", **{a: 3, b: 8})]})  # a: never back; b: on to 8
+    assert backlog.committed() == 5 + 8
 
 
 def test_generated_backlog_follows_the_schedule_and_the_lowest_event_offset() -> None:
