@@ -224,7 +224,7 @@ def read_routed(
         kept = groups[keep] if groups is not None else None
         yield from routed_batches(route, entity, start, end, records, kept, segments, schema, "date_time")
     maybe_fail(route, entity, start, attempt)
-    time_column = "date_time" if route.route == LOCAL else route.event_time
+    time_column = _time_column(route, "date_time")
     if stop > start:
         last_us = int(date_time_us(config, np.array([stop - 1], dtype=np.int64))[0])
         yield heartbeat_batch(schema, time_column, last_us)
@@ -269,8 +269,18 @@ def route_records(
     maybe_fail(route, source.name, span[0], attempt_number())
     if table.num_rows:
         last_us = int(np.max(table[source.event_time].cast(pa.int64()).to_numpy()))
-        time_column = source.event_time if route.route == LOCAL else route.event_time
-        yield heartbeat_batch(schema, time_column, last_us)
+        yield heartbeat_batch(schema, _time_column(route, source.event_time), last_us)
+
+
+def end_of_stream(route: RouteOptions, source: FileSchema) -> pa.RecordBatch:
+    """A routed read's end-of-stream punctuation: its heartbeat at the end of time."""
+    schema = output_schema(source.arrow, route)
+    return heartbeat_batch(schema, _time_column(route, source.event_time), END_OF_STREAM_TIME_US)
+
+
+def _time_column(route: RouteOptions, event_time: str) -> str | None:
+    """Where a route's rows carry event time: the records' own column, or the chain's output's."""
+    return event_time if route.route == LOCAL else route.event_time
 
 
 def attempt_number() -> int | None:

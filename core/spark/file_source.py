@@ -57,9 +57,9 @@ from pyspark.sql.streaming.datasource import ReadLimit, ReadMaxFiles, SupportsTr
 from core.direct_sink import DIRECT_SINK_TAG
 from core.errors import ConfigError, InputError
 from core.file_schema import FileSchema
-from core.nexmark.schema import END_OF_STREAM_TIME_US, check_entity
+from core.nexmark.schema import check_entity
 from core.spark.input_validation import read_file
-from router.source_router import LOCAL, RouteOptions
+from router.source_router import RouteOptions
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -205,7 +205,7 @@ def read_routed(options: FileSourceOptions, partition: FilePartition) -> Iterato
     """The batches of one routed file task (router/source_router.py `route_records`), then at the end
     of a bounded stream the punctuation's heartbeat."""
     from router.routing_log import Segment
-    from router.source_router import COUNTS, heartbeat_batch, output_schema, route_records
+    from router.source_router import COUNTS, end_of_stream, route_records
 
     route, source = options.route, options.source
     assert route is not None
@@ -220,8 +220,7 @@ def read_routed(options: FileSourceOptions, partition: FilePartition) -> Iterato
         span = (partition.index, partition.index + 1)
         yield from route_records(route, source, table, ids, span, plan, counts)
     if partition.punctuate:
-        time_column = source.event_time if route.route == LOCAL else route.event_time
-        yield heartbeat_batch(output_schema(source.arrow, route), time_column, END_OF_STREAM_TIME_US)
+        yield end_of_stream(route, source)
 
 
 # ---------------------------------------------------------------------------------------------

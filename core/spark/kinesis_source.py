@@ -204,8 +204,7 @@ def read_routed(options: KinesisSourceOptions, part: ShardRange) -> Iterator[pa.
     import pyarrow as pa
 
     from core.kinesis import shard_units
-    from core.nexmark.schema import END_OF_STREAM_TIME_US
-    from router.source_router import COUNTS, LOCAL, heartbeat_batch, output_schema, route_records
+    from router.source_router import COUNTS, end_of_stream, route_records
 
     route, source = options.route, options.source
     assert route is not None
@@ -221,8 +220,7 @@ def read_routed(options: KinesisSourceOptions, part: ShardRange) -> Iterator[pa.
         counts = kinesis_routing_dir(route.offload_dir, source.name, part.shard) / COUNTS
         yield from route_records(route, source, table, ids, (units.start, units.stop), part.segments, counts)
     if part.punctuate:
-        time_column = source.event_time if route.route == LOCAL else route.event_time
-        yield heartbeat_batch(output_schema(source.arrow, route), time_column, END_OF_STREAM_TIME_US)
+        yield end_of_stream(route, source)
 
 
 def _kind(data: bytes) -> Any:
