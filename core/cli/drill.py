@@ -21,12 +21,14 @@ from core.cli.options import (
     check_query,
     memory_config,
 )
+from core.cli.produce import EndpointOpt, RegionOpt
 from core.console import err, out
 from core.errors import ConfigError
 
 DEFAULT_COMPARE = "sponge,noscaling,over"
 DEFAULT_WORKERS = 4
 DEFAULT_VM_LAUNCH_DELAY_S = 25.0
+STREAM_PREFIX = "sponge-drill"
 
 
 def drill(
@@ -89,6 +91,26 @@ def drill(
     executor_memory: ExecutorMemoryOpt = None,
     state_store: StateStoreOpt = None,
     rocksdb_memory: RocksdbMemoryOpt = None,
+    source: Annotated[
+        str,
+        typer.Option(
+            "--source",
+            metavar="generator|kinesis",
+            help="Where each run's events come from: generator (the source paces them itself), or "
+            "kinesis: a producer process puts them into a stream of the run's own at the trace's pace "
+            "(`sponge produce`), and the run reads the stream. Kinesis needs --rate: the stream's pace "
+            "is the producer's, e.g. --rate 300 on LocalStack.",
+        ),
+    ] = "generator",
+    endpoint_url: EndpointOpt = None,
+    region: RegionOpt = "us-east-1",
+    stream: Annotated[
+        str | None,
+        typer.Option(
+            "--stream",
+            help=f"With --source kinesis: the name prefix of the runs' streams (default {STREAM_PREFIX}).",
+        ),
+    ] = None,
 ) -> None:
     """Burst drill: run QUERY through a burst under several scaling policies and compare them.
 
@@ -135,6 +157,10 @@ def drill(
             f"{flag} tunes the {' or '.join(needs)} policy, which this drill does not run",
             hint=f"drop {flag}, or add {needs[0]} to --compare",
         )
+    from core.cli.run import kinesis_endpoint
+
+    named = (stream or STREAM_PREFIX) if source == "kinesis" else stream
+    kinesis = kinesis_endpoint(source, named, endpoint_url, region, None, None)
     config = DrillConfig(
         query=query,
         pattern=pattern,
@@ -149,6 +175,7 @@ def drill(
         max_workers=DEFAULT_WORKERS if workers is None else workers,
         **({} if keep_warm is None else {"keep_warm_s": WarmPoolConfig(keep_warm_s=keep_warm).keep_warm_s}),
         vm_launch_delay_s=DEFAULT_VM_LAUNCH_DELAY_S if vm_launch_delay is None else vm_launch_delay,
+        kinesis=kinesis,
         memory=memory_config(
             driver_memory,
             executor_memory,

@@ -46,6 +46,7 @@ from core.drill.calibrate import (
 from core.drill.run_policy import ERROR_FILE, PolicyRun
 from core.drill.steady import LEAD_RAMP_S
 from core.errors import ConfigError, JvmDiedError, SpongeError
+from core.kinesis import KinesisEndpoint
 from core.nexmark.patterns import BurstPattern, Trace
 from core.nexmark.schedule import RateSchedule
 from core.offload_plan import DEFAULT_OFFLOAD_COST
@@ -98,6 +99,9 @@ class DrillConfig:
     vm_launch_delay_s: float = 25.0  # vmbase: from the VM's request to its worker's start (its boot)
     # The JVMs' heaps and the state store of every run (probes included); executor_mb sizes each VM.
     memory: MemoryConfig = field(default_factory=MemoryConfig)
+    # Read each run's events from a Kinesis stream of its own (named from this one's stream, a prefix)
+    # that a producer process fills at the trace's pace; None: the generator paces them itself.
+    kinesis: KinesisEndpoint | None = None
 
     def __post_init__(self) -> None:
         """Everything a drill can check without running anything is checked here: a drill spends minutes
@@ -116,6 +120,12 @@ class DrillConfig:
         pattern.trace(1.0, self.duration_s, self.lead_s)  # the burst must fit, whatever the rate
         if not self.policies:
             raise ConfigError("no policy to run", hint="name one with --policy, or several with --compare")
+        if self.kinesis is not None and not self.stable_rate:
+            raise ConfigError(
+                "a drill over Kinesis needs --rate: the stream's pace is its producer's, not this machine's",
+                hint="pass a rate the stream takes, e.g. --rate 300 on LocalStack (its Kinesis engine puts "
+                "a few hundred records a second)",
+            )
         for p in self.policies:
             if p in NOT_LIVE:
                 raise ConfigError(
@@ -183,6 +193,7 @@ def run_drill(config: DrillConfig, status: Callable[[str], None] = print) -> dic
         "pattern": trace.pattern,
         "duration_s": config.duration_s,
         "target": config.target,
+        "source": "kinesis" if config.kinesis is not None else "generator",
         "stable_rate": rate,
         "memory": config.memory.to_json(),
         "burst": [{"start_s": a, "end_s": b} for a, b in trace.bursts],
@@ -286,7 +297,17 @@ def _spec(config: DrillConfig, policy: str, trace: Trace, per_core: float, route
         vms_on_burst=1 if vms else 0,
         vm_launch_delay_s=config.vm_launch_delay_s,
         memory=replace(config.memory, executor_mb=config.memory.executor_mb or DEFAULT_EXECUTOR_MB),
+        kinesis=_stream_of(config, policy),
     )
+
+
+def _stream_of(config: DrillConfig, policy: str) -> dict[str, Any] | None:
+    """The Kinesis stream a policy's run reads, a new one per drill and policy (a run's records must
+    arrive as the trace says, so no run reads another's), as PolicyRun carries it."""
+    if config.kinesis is None:
+        return None
+    name = f"{config.kinesis.stream}-{policy}-{datetime.now(UTC):%Y%m%d%H%M%S}"
+    return {**asdict(config.kinesis), "stream": name}
 
 
 def shuffle_partitions(config: DrillConfig) -> int:

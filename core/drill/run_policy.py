@@ -16,8 +16,10 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -49,6 +51,8 @@ SLOTS_PER_CPU = 2
 # slot, the new VM's too, and its state store reloads there from the checkpoint: VMBase's "migrate
 # tasks and state to the new VM".
 STANDALONE_CONF = (("spark.locality.wait", "0"),)
+STREAM_SHARDS = 2  # a run's stream: its records are read by one task per shard
+PRODUCER_WAIT_S = 30.0  # a run over Kinesis ends at its stream's end markers: its producer is done by then
 ERROR_FILE = "error.json"  # a failed run's error for the drill: {"kind", "message", "hint"}
 
 
@@ -94,6 +98,15 @@ class PolicyRun:
     epoch_fixed_s: float | None = None  # the calibrated fixed epoch cost: the monitor's utilisation
     memory: MemoryConfig = field(default_factory=MemoryConfig)  # heaps and state store (the drill's flags)
     jvm_log: str | None = None  # where the JVM's output goes (default: beside the output directory)
+    # The Kinesis stream the trace is read from (core.kinesis.KinesisEndpoint's fields), which a producer
+    # process fills at the schedule's pace from the run's start; None: the generator paces the events.
+    kinesis: dict[str, Any] | None = None
+
+    @property
+    def stream(self) -> Any:
+        from core.kinesis import KinesisEndpoint
+
+        return KinesisEndpoint(**self.kinesis) if self.kinesis is not None else None
 
     def __post_init__(self) -> None:
         if isinstance(self.memory, dict):  # read back from spec.json (dataclasses.asdict's form)
@@ -132,11 +145,13 @@ class DrillHooks(RunHooks):
         self.epoch_fixed_s = run.epoch_fixed_s  # calibrated; else measured by the warm-up (_run)
         self.armed: ArmedPolicy | None = None
         self._vm_scale = 1.0
+        self.producer: subprocess.Popen[bytes] | None = None  # a run over Kinesis: what fills the stream
+        self.producer_exit: int | None = None
 
     def on_progress(self, p: dict) -> None:
-        from core.spark.live_policy import generated_epoch
+        from core.spark.live_policy import generated_epoch, stream_epoch
 
-        epoch = generated_epoch(p)
+        epoch = generated_epoch(p) if self.run.kinesis is None else stream_epoch(p)
         if epoch is None:
             return
         self.epochs.append(epoch)
@@ -152,9 +167,19 @@ class DrillHooks(RunHooks):
         self.session, self.origin = session, origin
         self.steady.origin = origin
         released_cap = self.run.events + 1
+
+        def scheduled() -> int:
+            return min(int(self.schedule.events_by(time.time() - origin)), released_cap)
+
+        released: Callable[[], int] = scheduled
+        if self.run.kinesis is not None:
+            from core.kinesis import StreamTail
+
+            self.producer = start_producer(self.run)
+            released = StreamTail(self.run.stream).count  # what the producer has put, as Kinesis shows it
         monitor = spark_monitor(
             spark,
-            released=lambda: min(int(self.schedule.events_by(time.time() - origin)), released_cap),
+            released=released,
             committed=lambda: self.covered,
             last_epoch_s=lambda: (
                 (self.epochs[-1].commit_t - self.epochs[-1].started_t) if self.epochs else None
@@ -256,6 +281,8 @@ class DrillHooks(RunHooks):
     def stopped(self) -> None:
         if self.loop is not None:
             self.loop.stop()
+        if self.producer is not None:
+            self.producer_exit = stop_producer(self.producer)
         if self.pool is not None:  # while the application still runs: where its tasks ran
             self.executors = self.pool.executors()
 
@@ -277,6 +304,30 @@ class DrillHooks(RunHooks):
             {"observation": asdict(o), "decision": asdict(d) if d is not None else None, "gauges": g}
             for o, d, g in self.loop.samples
         ]
+
+
+def start_producer(spec: PolicyRun) -> subprocess.Popen[bytes]:
+    """`sponge produce` in a process of its own (the world outside the VM), putting the trace's events
+    into the run's stream at the schedule's pace from now, on the worker cores (not the VM's)."""
+    stream = spec.stream
+    command = [sys.executable, "-c", "from core.cli.main import main; main()", "produce"]
+    command += ["--stream", stream.stream, "--region", stream.region, "--events", str(spec.events)]
+    command += ["--seed", str(spec.seed), "--schedule", spec.schedule]
+    command += ["--endpoint-url", stream.endpoint_url] if stream.endpoint_url else []
+    cpus = ",".join(str(c) for c in spec.worker_cpus or spec.vm_cpus)
+    log = Path(spec.output).parent / "producer.log"
+    with log.open("wb") as f:
+        return subprocess.Popen(["taskset", "-c", cpus, *command], stdout=f, stderr=subprocess.STDOUT)
+
+
+def stop_producer(producer: subprocess.Popen[bytes]) -> int:
+    """The producer's exit status once it has put everything (the run read to its end markers, so it
+    has), or after it is stopped: it must not outlive its run."""
+    try:
+        return producer.wait(timeout=PRODUCER_WAIT_S)
+    except subprocess.TimeoutExpired:
+        producer.terminate()
+        return producer.wait(timeout=PRODUCER_WAIT_S)
 
 
 def capacity_file(spec: PolicyRun) -> Path:
@@ -379,18 +430,21 @@ def _run(spec: PolicyRun, pool: Any) -> dict[str, Any]:
             idle_timeout_s=600.0,  # the warm pool keeps its sessions for the whole drill
         )
     hooks = DrillHooks(spec, schedule, pool)
+    stream = spec.stream
     config = RunConfig(
         query=spec.query,
         generator=GeneratorConfig(seed=spec.seed, events=spec.events, schedule=schedule),
         output=out,
         existing=Existing.REPLACE,  # the drill's own run from an earlier drill
         params=QueryParams(window_size_s=spec.window_size_s, window_slide_s=spec.window_slide_s),
-        pace=True,
+        pace=stream is None,  # a stream is paced by its producer
         max_events_per_batch=spec.batch_events,
         min_partitions=len(spec.vm_cpus),  # every VM core reads from the warm-up on (source.py split_step)
-        capacity_file=capacity_file(spec) if pool is not None else None,
+        # The cap scales with VM capacity on the generated source; a stream's cap per shard is fixed.
+        capacity_file=capacity_file(spec) if pool is not None and stream is None else None,
         spark=_spark_config(spec, pool.master_url if pool is not None else None),
         offload=offload,
+        kinesis=stream,
     )
     capacity_file(spec).unlink(missing_ok=True)  # an earlier drill's scale must not carry over
     # Warm the JVM, its code generation and the Python workers first: the VMs of a job in its stable
@@ -407,6 +461,7 @@ def _run(spec: PolicyRun, pool: Any) -> dict[str, Any]:
             config,
             generator=GeneratorConfig(seed=spec.seed, events=WARMUP_EVENTS),
             pace=False,
+            kinesis=None,  # the warm-up's events are generated, whatever the trace's source
             offload=replace(offload, share=WARMUP_SHARE, prewarm=0) if offload is not None else None,
             output=out.parent / f"{out.name}-warmup",
             max_events_per_batch=WARMUP_EVENTS // epochs if epochs > 1 else config.max_events_per_batch,
@@ -415,7 +470,17 @@ def _run(spec: PolicyRun, pool: Any) -> dict[str, Any]:
     )
     if hooks.epoch_fixed_s is None:
         hooks.epoch_fixed_s = fixed_from_small_epochs(warmup)
+    if stream is not None:  # empty until the run starts: the producer puts the trace from its start
+        from core.kinesis import ensure_stream
+
+        ensure_stream(stream.client(), stream, STREAM_SHARDS)
     summary = run_query(config, progress=hooks.on_progress, hooks=hooks)
+    if hooks.producer_exit:
+        log = Path(spec.output).parent / "producer.log"
+        raise SpongeError(
+            f"the producer of stream {stream.stream if stream else '?'} failed (exit {hooks.producer_exit})",
+            hint=f"see {log}; is Kinesis at {stream.endpoint_url if stream else '?'} up (make localstack)?",
+        )
     return {
         "summary": summary,
         "origin": hooks.origin,
@@ -425,6 +490,7 @@ def _run(spec: PolicyRun, pool: Any) -> dict[str, Any]:
         "steady_s": hooks.steady.steady_s,
         "steady_criterion": hooks.steady.criterion.describe(),
         "armed_s": hooks.armed.armed_s if hooks.armed is not None else None,
+        "stream": stream.stream if stream is not None else None,
         **hooks.vm_result(),
     }
 

@@ -77,6 +77,26 @@ def generated_epoch(p: Mapping[str, Any]) -> Epoch | None:
     return Epoch(started, commit, min(a for a, _ in offsets), min(b for _, b in offsets))
 
 
+def stream_epoch(p: Mapping[str, Any]) -> Epoch | None:
+    """The epoch of a progress event over a Kinesis stream, in records of the stream: each source's
+    records read (its shards' `n`, core/kinesis.py `next_shards`) at the epoch's start and end, the
+    lowest of its sources. A producer puts events in order, so that count is the events the epoch
+    has covered, as the generated source's offsets are."""
+
+    def records(offset: str | None) -> int | None:
+        value = json.loads(offset or "null")
+        if not isinstance(value, dict) or "shards" not in value:
+            return None
+        return sum(int(at.get("n", 0)) for at in value["shards"].values())
+
+    offsets = [(records(s.get("startOffset")) or 0, records(s.get("endOffset"))) for s in p["sources"]]
+    offsets = [(a, b) for a, b in offsets if b is not None]
+    if not offsets:
+        return None
+    started, commit = epoch_times(p)
+    return Epoch(started, commit, min(a for a, _ in offsets), min(b for _, b in offsets))
+
+
 def spark_monitor(
     spark: Any,
     *,

@@ -202,6 +202,8 @@ CASES: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
     (("run", "q1", "-o", "{tmp}/out", "--rocksdb-memory", "1m"), ("too small", "--rocksdb-memory")),
     # drill
     (("drill", "--query", "q42"), ("unknown query 'q42'",)),
+    (("drill", "--source", "kinesis"), ("a drill over Kinesis needs --rate", "--rate 300")),
+    (("drill", "--stream", "s"), ("--stream names a Kinesis stream", "--source kinesis")),
     (("drill", "--pattern", "bogus"), ("unknown burst pattern 'bogus'", "sudden:2x:30s")),
     (("drill", "--pattern", "sudden:1x:30s"), ("factor above 1x",)),
     (("drill", "--pattern", "sudden:2x:100s", "--duration", "90"), ("does not fit in 90 s", "--duration")),

@@ -21,6 +21,7 @@ from core.spark.live_policy import (
     count_lines,
     generated_epoch,
     prometheus_text,
+    stream_epoch,
 )
 from policy.monitor import Observation
 from policy.offload_policy import Decision
@@ -115,6 +116,26 @@ def test_kinesis_backlog_releases_what_the_stream_holds_and_commits_the_slowest_
     assert backlog.committed() == 5 + 2  # person is no source of this run
     backlog.on_progress({"sources": [at("auction", **{a: 3, b: 8})]})  # a: never back; b: on to 8
     assert backlog.committed() == 5 + 8
+
+
+def test_a_stream_epoch_counts_the_records_of_every_shard_and_takes_the_slowest_source() -> None:
+    def offset(**n: int) -> str:
+        shards = {name: {"seq": "1", "time": 0, "ended": False, "n": v} for name, v in n.items()}
+        return json.dumps({"source": "bid", "shards": shards})
+
+    p = {
+        "timestamp": "2026-01-01T00:00:00.000Z",
+        "durationMs": {"triggerExecution": 2000},
+        "sources": [
+            {"startOffset": None, "endOffset": offset(a=5, b=7)},  # its first epoch: from nothing
+            {"startOffset": offset(a=1, b=2), "endOffset": offset(a=4, b=6)},
+        ],
+    }
+    epoch = stream_epoch(p)
+    assert epoch is not None and (epoch.start, epoch.covered) == (0, 10)
+    assert (
+        stream_epoch({**p, "sources": [{"startOffset": None, "endOffset": json.dumps({"event": 9})}]}) is None
+    )
 
 
 def test_generated_backlog_follows_the_schedule_and_the_lowest_event_offset() -> None:
