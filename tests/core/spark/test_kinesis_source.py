@@ -105,10 +105,11 @@ def test_an_offloaded_run_killed_mid_stream_resumes_without_losing_or_repeating(
     assert diff_results(read_results(out), reference_for("q1", GEN, PARAMS)) is None
     summary = json.loads((out / "summary.json").read_text())
     assert summary["resumed"] and summary["injected_faults"]["task-failure"] >= 1
+    # The counts cover the whole run (both processes); the workers' count, the resumed process's alone.
     routed = summary["records_routed_to_workers"]
     assert 0 < routed < summary["records_in"] == GEN.events * 46 // 50  # q1 reads the bids, 46 in 50
-    # Every routed record went out in one chunk, answered once by a worker or by the agent itself.
-    assert summary["records_offloaded"] + summary["records_run_locally_by_agent"] == routed
+    assert summary["records_local"] + routed == summary["records_in"]
+    assert 0 < summary["records_offloaded"] + summary["records_run_locally_by_agent"] < routed
 
 
 def test_the_policy_offloads_a_backlog_of_the_stream_and_q5_still_equals_the_reference(
