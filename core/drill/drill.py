@@ -495,6 +495,16 @@ def _reaction(result: dict[str, Any], trace: Trace, directory: Path) -> float | 
     if not trace.bursts or not directory.exists():
         return None
     onset = result["origin"] + trace.bursts[0][0]
+    if result.get("stream"):
+        # A stream's routing logs are per shard, in units of its records, and its epochs count records
+        # of all shards together: an epoch that starts once an offloading plan is current plans its
+        # ranges (those the other read has not planned yet) with it.
+        published = [p["t"] for p in result["published"] if p["share"] > 0]
+        first = result["origin"] + published[0] if published else None
+        for e in sorted(result["epochs"], key=lambda e: e["started_t"]):
+            if first is not None and e["started_t"] >= max(onset, first):
+                return round(e["started_t"] - onset, 2)
+        return None
     spans = []  # [from, to) offsets some plan offloaded
     segments = RoutingLog(directory).segments()
     for k, seg in enumerate(segments):

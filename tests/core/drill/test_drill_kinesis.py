@@ -1,5 +1,6 @@
-"""A drill over Kinesis on LocalStack: each policy's run reads a stream of its own that a producer
-process fills at the trace's pace, and every output matches the batch reference over the same events."""
+"""A drill over Kinesis on LocalStack: the sponge run reads a stream of its own that a producer process
+fills at the trace's pace, and its output matches the batch reference over the same events. (Sponge
+alone: the routed reads are the ones at stake, and CI's 30 minutes are short.)"""
 
 from __future__ import annotations
 
@@ -22,15 +23,19 @@ pytestmark = [pytest.mark.solo, pytest.mark.spark, pytest.mark.slow]
 def test_a_drill_over_kinesis_reads_what_its_producer_puts_and_matches_the_reference(tmp_path: Path) -> None:
     report = tmp_path / "drill"
     with running_localstack(tmp_path / "localstack") as (_, handle):
-        args = ["drill", "--query", "q1", "--compare", "sponge,noscaling", "--source", "kinesis"]
+        args = ["drill", "--query", "q1", "--policy", "sponge", "--source", "kinesis"]
         args += ["--endpoint-url", handle.endpoint, "--rate", "300", "--pattern", "sudden:2x:4s"]
         args += ["--duration", "14", "--lead", "5", "--report", str(report)]
         result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     drill = json.loads((report / "report.json").read_text())
     assert drill["source"] == "kinesis"
-    runs = {r["policy"]: r for r in drill["runs"]}
-    assert set(runs) == {"sponge", "noscaling"}
-    assert all(r["results_match_reference"] for r in runs.values())
-    streams = {json.loads((report / p / "result.json").read_text())["stream"] for p in runs}
-    assert len(streams) == 2  # one stream per run
+    (run,) = drill["runs"]
+    assert run["policy"] == "sponge" and run["results_match_reference"]
+    result = json.loads((report / "sponge" / "result.json").read_text())
+    assert result["stream"].startswith("sponge-drill-sponge-")  # the run's own stream
+    events = result["summary"]["events"]
+    assert (
+        events > 0
+        and result["summary"]["records_local"] + result["summary"]["records_routed_to_workers"] == events
+    )
