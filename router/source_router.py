@@ -240,6 +240,7 @@ def route_records(
     span: tuple[int, int],
     segments: tuple[Segment, ...],
     counts: Path | None,
+    attempt: int | None,
 ) -> Iterator[pa.RecordBatch]:
     """The batches of one routed task over records that were read, not generated: a file (ADR 0037)
     or a shard's range of a Kinesis stream (ADR 0050). `table` holds the task's valid records,
@@ -247,7 +248,8 @@ def route_records(
     them alike on every attempt), `span` the task's units [start, end) and `segments` the plans
     routing them. Then the task's heartbeat at its last event time, so a stream whose records all
     went the other way still moves its watermark. The VM's read notes in `counts` how many records
-    it read and how many went to the workers (the same on every replay).
+    it read and how many went to the workers (the same on every replay); `attempt` is the Spark
+    task's (injected task failures need it).
     """
     from router.routing_log import routed_mask
 
@@ -266,7 +268,7 @@ def route_records(
         yield from routed_batches(
             route, source.name, *span, records, kept, segments, schema, source.event_time
         )
-    maybe_fail(route, source.name, span[0], attempt_number())
+    maybe_fail(route, source.name, span[0], attempt)
     if table.num_rows:
         last_us = int(np.max(table[source.event_time].cast(pa.int64()).to_numpy()))
         yield heartbeat_batch(schema, _time_column(route, source.event_time), last_us)
@@ -281,14 +283,6 @@ def end_of_stream(route: RouteOptions, source: FileSchema) -> pa.RecordBatch:
 def _time_column(route: RouteOptions, event_time: str) -> str | None:
     """Where a route's rows carry event time: the records' own column, or the chain's output's."""
     return event_time if route.route == LOCAL else route.event_time
-
-
-def attempt_number() -> int | None:
-    """The running Spark task's attempt (injected task failures need it); None outside a task."""
-    from pyspark import TaskContext
-
-    task = TaskContext.get()
-    return task.attemptNumber() if task is not None else None
 
 
 def note_counts(directory: Path, unit: int, rows: int, routed: int) -> None:

@@ -204,6 +204,7 @@ def source_routing_dir(offload_dir: Path, source: str) -> Path:
 def read_routed(options: FileSourceOptions, partition: FilePartition) -> Iterator[pa.RecordBatch]:
     """The batches of one routed file task (router/source_router.py `route_records`), then at the end
     of a bounded stream the punctuation's heartbeat."""
+    from core.spark.task_attempt import task_attempt
     from router.routing_log import Segment
     from router.source_router import COUNTS, end_of_stream, route_records
 
@@ -218,7 +219,7 @@ def read_routed(options: FileSourceOptions, partition: FilePartition) -> Iterato
         plan = tuple(Segment(0, s.plan) for s in partition.segments[-1:])
         counts = source_routing_dir(route.offload_dir, source.name) / COUNTS
         span = (partition.index, partition.index + 1)
-        yield from route_records(route, source, table, ids, span, plan, counts)
+        yield from route_records(route, source, table, ids, span, plan, counts, task_attempt())
     if partition.punctuate:
         yield end_of_stream(route, source)
 

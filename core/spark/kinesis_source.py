@@ -204,6 +204,7 @@ def read_routed(options: KinesisSourceOptions, part: ShardRange) -> Iterator[pa.
     import pyarrow as pa
 
     from core.kinesis import shard_units
+    from core.spark.task_attempt import task_attempt
     from router.source_router import COUNTS, end_of_stream, route_records
 
     route, source = options.route, options.source
@@ -218,7 +219,8 @@ def read_routed(options: KinesisSourceOptions, part: ShardRange) -> Iterator[pa.
         units = shard_units(part.shard, part.first, part.count)
         ids = units.start + np.asarray(positions, dtype=np.int64)
         counts = kinesis_routing_dir(route.offload_dir, source.name, part.shard) / COUNTS
-        yield from route_records(route, source, table, ids, (units.start, units.stop), part.segments, counts)
+        span = (units.start, units.stop)
+        yield from route_records(route, source, table, ids, span, part.segments, counts, task_attempt())
     if part.punctuate:
         yield end_of_stream(route, source)
 

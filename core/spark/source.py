@@ -324,11 +324,9 @@ class NexmarkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         opts = self.options
         if opts.route is None:
             return read_range(opts, partition)
-        from pyspark import TaskContext
-
+        from core.spark.task_attempt import task_attempt
         from router.source_router import read_routed
 
-        task = TaskContext.get()
         return read_routed(
             opts.generator_config(),
             opts.entity,
@@ -337,7 +335,7 @@ class NexmarkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             partition.end,
             partition.punctuate,
             partition.segments,
-            attempt=task.attemptNumber() if task is not None else None,
+            attempt=task_attempt(),
         )
 
     def commit(self, end: dict) -> None:
