@@ -15,6 +15,9 @@ Defaults are 2023-era AWS list prices, us-east-1, on-demand (the paper's time), 
   0.0000097222 per GB-second (0.0000077778) instead of the on-demand duration price.
 * EC2 r5.xlarge (4 vCPU, 32 GiB), Linux on-demand: USD 0.252 per hour, billed per second with a
   60-second minimum per instance start.
+* Kinesis Data Streams, provisioned mode: USD 0.015 per shard-hour and USD 0.014 per million PUT
+  payload units (a record of up to 25 KB is one unit). A drill prorates the shard-hours over its run,
+  as it does a VM's hour: the stream serves the job all day, and the drill bills its share of it.
 
 The VM-or-Lambda rule is the ski-rental rule: with no forecast of how long a burst will last, assume
 it lasts as long again as it has lasted so far (`remaining_factor` = 1), and buy VMs once renting
@@ -70,6 +73,8 @@ class Prices:
     vm_cores: int = 4
     vm_billing_increment_s: float = 1.0
     vm_minimum_billed_s: float = 60.0
+    kinesis_usd_per_shard_hour: float = 0.015
+    kinesis_usd_per_million_put_units: float = 0.014
 
     def __post_init__(self) -> None:
         _positive("lambda_usd_per_gb_s_x86_64", self.lambda_usd_per_gb_s_x86_64)
@@ -86,6 +91,12 @@ class Prices:
         _positive("vm_usd_per_hour", self.vm_usd_per_hour)
         _positive("vm_billing_increment_s", self.vm_billing_increment_s)
         _positive("vm_minimum_billed_s", self.vm_minimum_billed_s, allow_zero=True)
+        _positive("kinesis_usd_per_shard_hour", self.kinesis_usd_per_shard_hour)
+        _positive(
+            "kinesis_usd_per_million_put_units",
+            self.kinesis_usd_per_million_put_units,
+            allow_zero=True,
+        )
         if not isinstance(self.vm_cores, int) or self.vm_cores < 1:
             raise ConfigError(
                 f"vm_cores must be an integer >= 1, got {self.vm_cores!r}", hint=f"{self.vm_type} has 4 vCPUs"
@@ -185,6 +196,16 @@ def vm_cost_usd(vms: int, seconds: float, *, prices: Prices) -> float:
     _positive("seconds", seconds, allow_zero=True)
     billed = _billed(seconds, prices.vm_billing_increment_s, prices.vm_minimum_billed_s)
     return vms * billed * prices.vm_usd_per_s
+
+
+def stream_cost_usd(shards: int, seconds: float, records: int, *, prices: Prices) -> float:
+    """What a Kinesis stream of `shards` shards costs over `seconds` (its shard-hours, prorated) with
+    `records` put into it (one PUT payload unit each: a NEXMark event is far below 25 KB)."""
+    if shards < 0 or records < 0:
+        raise ConfigError(f"a stream's shards and records must be >= 0, got {shards} and {records}")
+    _positive("seconds", seconds, allow_zero=True)
+    shards_usd = shards * seconds / 3600.0 * prices.kinesis_usd_per_shard_hour
+    return shards_usd + records / 1e6 * prices.kinesis_usd_per_million_put_units
 
 
 def vms_for_lambda_cores(lambda_cores: int, rho: float, cores_per_vm: int) -> int:

@@ -412,7 +412,7 @@ def _summarise(
     from core.drill import capacity_use
     from core.drill.steady import pre_burst
     from core.results import diff_results, read_results
-    from policy.cost_model import Prices, fleet_cost_usd
+    from policy.cost_model import Prices, fleet_cost_usd, stream_cost_usd
 
     policy = spec.policy
     origin = result["origin"]
@@ -437,8 +437,12 @@ def _summarise(
     cores = by_second(lambda s: s["observation"]["vm_cores"])
     prices = Prices()
     provisioned = provisioned if offloads else 0  # the stack's warm environments serve sponge's workers
-    cost = fleet_cost_usd([w or 0 for w in workers], LAMBDA_MEMORY_MB, provisioned, prices=prices) + _vm_cost(
-        result, base_cores, trace.duration_s, prices
+    shards = result.get("stream_shards", 0)  # a run over Kinesis pays for its stream, whatever the policy
+    stream_usd = stream_cost_usd(shards, trace.duration_s, trace.events if shards else 0, prices=prices)
+    cost = (
+        fleet_cost_usd([w or 0 for w in workers], LAMBDA_MEMORY_MB, provisioned, prices=prices)
+        + _vm_cost(result, base_cores, trace.duration_s, prices)
+        + stream_usd
     )
     output = config.report / policy / "output"
     match = None if reference is None else diff_results(read_results(output), reference) is None
@@ -471,6 +475,8 @@ def _summarise(
         "recovery_s": latency.recovery_s(series.p99_ms, trace.bursts, config.lead_s),
         "lambda_worker_seconds": worker_s,
         "provisioned_environments": provisioned,
+        "stream_shards": shards,
+        "stream_usd": round(stream_usd, 6),
         "cost_usd": round(cost, 6),
         "results_match_reference": match,
         "vm_cpu_by_second": vm_cpu,

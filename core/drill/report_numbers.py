@@ -163,6 +163,8 @@ def deployment_text(run: Mapping[str, Any]) -> str:
         text += f" + up to {d['lambda_workers']} Lambda workers"
     if run.get("provisioned_environments"):
         text += f", {run['provisioned_environments']} kept warm by provisioned concurrency (billed)"
+    if run.get("stream_shards"):
+        text += f", reading a Kinesis stream of {run['stream_shards']} shards (shard-hours billed)"
     if d.get("adds"):
         text += f" (+ {d['adds']})"
     return text

@@ -491,6 +491,7 @@ def _run(spec: PolicyRun, pool: Any) -> dict[str, Any]:
         "steady_criterion": hooks.steady.criterion.describe(),
         "armed_s": hooks.armed.armed_s if hooks.armed is not None else None,
         "stream": stream.stream if stream is not None else None,
+        "stream_shards": STREAM_SHARDS if stream is not None else 0,
         **hooks.vm_result(),
     }
 

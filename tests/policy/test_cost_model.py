@@ -2,7 +2,7 @@
 
 Prices are the module's 2023 us-east-1 defaults: Lambda x86_64 USD 0.0000166667 / GB-s, arm64
 USD 0.0000133334 / GB-s, USD 0.20 per million requests; r5.xlarge USD 0.252 / h, per-second billing,
-60 s minimum.
+60 s minimum; Kinesis USD 0.015 per shard-hour and USD 0.014 per million PUT payload units.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from policy.cost_model import (
     daily_cost_curve,
     fleet_cost_usd,
     lambda_cost_usd,
+    stream_cost_usd,
     vm_cost_usd,
     vms_for_lambda_cores,
 )
@@ -70,6 +71,17 @@ def test_vm_cost_worked_example() -> None:
     assert vm_cost_usd(1, 90.5, prices=PRICES) == pytest.approx(0.00637)
     assert vm_cost_usd(5, 86_400.0, prices=PRICES) == pytest.approx(30.24)
     assert vm_cost_usd(3, 0.0, prices=PRICES) == 0.0
+
+
+def test_stream_cost_worked_example() -> None:
+    """Two shards for a 60 s drill are 1/30 of a shard-hour: USD 0.0005; 3 million events put add
+    USD 0.042. A day of 2 shards: USD 0.72. No shards, no records: nothing."""
+    assert stream_cost_usd(2, 60.0, 0, prices=PRICES) == pytest.approx(0.0005)
+    assert stream_cost_usd(2, 60.0, 3_000_000, prices=PRICES) == pytest.approx(0.0425)
+    assert stream_cost_usd(2, 86_400.0, 0, prices=PRICES) == pytest.approx(0.72)
+    assert stream_cost_usd(0, 60.0, 0, prices=PRICES) == 0.0
+    with pytest.raises(ConfigError):
+        stream_cost_usd(-1, 60.0, 0, prices=PRICES)
 
 
 def test_a_lambda_core_costs_more_than_an_r5_core() -> None:

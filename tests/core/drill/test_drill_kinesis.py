@@ -32,6 +32,7 @@ def test_a_drill_over_kinesis_reads_what_its_producer_puts_and_matches_the_refer
     assert drill["source"] == "kinesis"
     (run,) = drill["runs"]
     assert run["policy"] == "sponge" and run["results_match_reference"]
+    assert run["stream_shards"] == 2 and 0 < run["stream_usd"] < run["cost_usd"]  # the stream is billed too
     result = json.loads((report / "sponge" / "result.json").read_text())
     assert result["stream"].startswith("sponge-drill-sponge-")  # the run's own stream
     events = result["summary"]["events"]

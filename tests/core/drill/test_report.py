@@ -265,6 +265,10 @@ def test_unequal_starts_idle_cores_and_early_offloading_are_called_out(tmp_path:
     assert "up to 4 Lambda workers, 2 kept warm by provisioned concurrency (billed) |" in (
         tables.write_markdown(warm, tmp_path, plots=[]).read_text()
     )
+    streamed = _report({**sponge, "stream_shards": 2}, over)
+    assert "up to 4 Lambda workers, reading a Kinesis stream of 2 shards (shard-hours billed) |" in (
+        tables.write_markdown(streamed, tmp_path, plots=[]).read_text()
+    )
     fair = _report(_run("sponge", 850.0), _run("over", 700.0, pre_burst_p99_ms=100.0))
     assert "fair)" in numbers.verdict(fair) and "UNFAIR" not in numbers.verdict(fair)
 
