@@ -8,7 +8,9 @@ uses: each policy's pre-burst p99 (the median p99 of those seconds), and the med
 (events) of its epochs that started in them. Both policies keep up there, so an epoch holds what
 arrived during the last one: a fixed cost per epoch shows as longer and bigger epochs, a cost per
 event as longer epochs of the same size. Printed: every drill's figures and sponge/noscaling ratios,
-and the ratios' medians. A fair drill wants the pre-burst ratio within 1.10.
+and the ratios' medians; then where the steady epochs' time went, Spark's phases (durationMs: planning,
+the sources' offsets, the batch itself, the logs' commits) as sponge's median minus noscaling's, so a gap
+shows in the phase that makes it. A fair drill wants the pre-burst ratio within 1.10.
 """
 
 from __future__ import annotations
@@ -33,10 +35,19 @@ FIGURES = ("pre_burst_p99_ms", "steady_epoch_s", "steady_epoch_events")
 SPONGE = Path(sys.executable).with_name("sponge")  # the CLI `make setup` installs beside this Python
 
 
+def _steady(result: Mapping[str, Any], onset_s: float) -> list[int]:
+    """Indices of a run's epochs started in the PRE_BURST_S before the onset."""
+    origin = result["origin"]
+    return [
+        i
+        for i, e in enumerate(result["epochs"])
+        if onset_s - PRE_BURST_S <= e["started_t"] - origin < onset_s
+    ]
+
+
 def steady_epochs(result: Mapping[str, Any], onset_s: float) -> dict[str, float | None]:
     """Median duration (s) and size (events) of a run's epochs started in the PRE_BURST_S before the onset."""
-    origin = result["origin"]
-    epochs = [e for e in result["epochs"] if onset_s - PRE_BURST_S <= e["started_t"] - origin < onset_s]
+    epochs = [result["epochs"][i] for i in _steady(result, onset_s)]
     if not epochs:
         return {"steady_epoch_s": None, "steady_epoch_events": None}
     return {
@@ -45,15 +56,32 @@ def steady_epochs(result: Mapping[str, Any], onset_s: float) -> dict[str, float 
     }
 
 
-def drill_figures(report_dir: Path) -> dict[str, dict[str, float | None]]:
-    """Per policy of one drill: its pre-burst p99 and its steady epochs."""
+def steady_phases(result: Mapping[str, Any], onset_s: float) -> dict[str, float]:
+    """Median ms of each Spark phase (durationMs) over the same epochs (none from a run that did not
+    record them)."""
+    phases = result.get("phases") or []
+    rows = [phases[i] for i in _steady(result, onset_s) if i < len(phases)]
+    names = sorted({k for r in rows for k in r})
+    return {k: float(statistics.median(r.get(k, 0) for r in rows)) for k in names}
+
+
+def drill_figures(report_dir: Path) -> tuple[dict[str, dict[str, float | None]], dict[str, dict[str, float]]]:
+    """Per policy of one drill: its pre-burst p99 and its steady epochs; and their phases."""
     report = json.loads((report_dir / "report.json").read_text())
     onset = report["burst"][0]["start_s"]
     out: dict[str, dict[str, float | None]] = {}
+    phases: dict[str, dict[str, float]] = {}
     for run in report["runs"]:
         result = json.loads((report_dir / run["policy"] / "result.json").read_text())
         out[run["policy"]] = {"pre_burst_p99_ms": run["pre_burst_p99_ms"], **steady_epochs(result, onset)}
-    return out
+        phases[run["policy"]] = steady_phases(result, onset)
+    return out, phases
+
+
+def phase_gap(phases: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+    """Sponge's median ms of each phase minus noscaling's."""
+    a, b = phases["sponge"], phases["noscaling"]
+    return {k: a.get(k, 0.0) - b.get(k, 0.0) for k in sorted({*a, *b})}
 
 
 def ratios(figures: Mapping[str, Mapping[str, float | None]]) -> dict[str, float | None]:
@@ -87,22 +115,34 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             _drill(args, order, rate, report)
             if rate is None:
                 rate = json.loads((report / "report.json").read_text())["stable_rate"]
-            figures = drill_figures(report)
-            drills.append({"order": list(order), "figures": figures, "ratios": ratios(figures)})
+            figures, phases = drill_figures(report)
+            drills.append(
+                {
+                    "order": list(order),
+                    "figures": figures,
+                    "ratios": ratios(figures),
+                    "phase_gap_ms": phase_gap(phases),
+                }
+            )
     median: dict[str, float | None] = {}
     for name in FIGURES:
         values = [d["ratios"][name] for d in drills if d["ratios"][name] is not None]
         median[name] = statistics.median(values) if values else None
+    names = sorted({k for d in drills for k in d["phase_gap_ms"]})
     return {
         "query": args.query,
         "rate": rate,
         "drills": drills,
         "median_ratio": median,
+        "median_phase_gap_ms": {
+            k: statistics.median(d["phase_gap_ms"].get(k, 0.0) for d in drills) for k in names
+        },
         "elapsed_s": time.monotonic() - started,
     }
 
 
 def table(report: dict[str, Any]) -> Any:
+    from rich.console import Group
     from rich.table import Table
 
     t = Table(title=f"{report['query']} at {report['rate']:,.0f}/s: sponge / noscaling before the onset")
@@ -130,7 +170,16 @@ def table(report: dict[str, Any]) -> Any:
         )
     m = report["median_ratio"]
     t.add_row("median", "", *(x for name in FIGURES for x in ("", num(m[name], ".2f"))))
-    return t
+    gaps = Table(
+        title="where sponge's steady epochs spend more: its median ms minus noscaling's, per Spark phase"
+    )
+    for col in ("phase", *(f"drill {i}" for i in range(1, len(report["drills"]) + 1)), "median"):
+        gaps.add_column(col, justify="right")
+    for name, median in report["median_phase_gap_ms"].items():
+        gaps.add_row(
+            name, *(f"{d['phase_gap_ms'].get(name, 0.0):+,.0f}" for d in report["drills"]), f"{median:+,.0f}"
+        )
+    return Group(t, gaps)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

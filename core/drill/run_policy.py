@@ -136,6 +136,7 @@ class DrillHooks(RunHooks):
         self.vm_action: Any = None
         self.executors: list[dict[str, Any]] = []
         self.epochs: list[Epoch] = []
+        self.phases: list[dict[str, int]] = []  # Spark's durationMs per epoch, beside self.epochs
         self.covered = 0
         self.loop: Any = None
         self.session: Any = None
@@ -155,6 +156,7 @@ class DrillHooks(RunHooks):
         if epoch is None:
             return
         self.epochs.append(epoch)
+        self.phases.append(dict(p.get("durationMs") or {}))
         self.covered = max(self.covered, epoch.covered)
         self.steady.add(epoch)
 
@@ -485,6 +487,7 @@ def _run(spec: PolicyRun, pool: Any) -> dict[str, Any]:
         "summary": summary,
         "origin": hooks.origin,
         "epochs": [asdict(e) for e in hooks.epochs],
+        "phases": hooks.phases,  # where each epoch's time went (Spark's durationMs), in the same order
         "samples": hooks.per_second(),
         "published": hooks.published,
         "steady_s": hooks.steady.steady_s,

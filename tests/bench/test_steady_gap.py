@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.steady_gap import drill_figures, ratios, steady_epochs
+from bench.steady_gap import drill_figures, phase_gap, ratios, steady_epochs
 
 
 def _epochs(durations: list[float], covered: list[int]) -> list[dict[str, float]]:
@@ -33,12 +33,17 @@ def test_a_drills_figures_and_ratios(tmp_path: Path) -> None:
     runs = []
     for policy, p99, d in (("sponge", 2200.0, 1.5), ("noscaling", 2000.0, 1.2)):
         (tmp_path / policy).mkdir()
-        result = {"origin": 100.0, "epochs": _epochs([4.0, d, d], [200, 400, 600])}
+        phases = [{"addBatch": 3000, "queryPlanning": 90}] + [
+            {"addBatch": int(d * 900), "queryPlanning": 90}
+        ] * 2
+        result = {"origin": 100.0, "epochs": _epochs([4.0, d, d], [200, 400, 600]), "phases": phases}
         (tmp_path / policy / "result.json").write_text(json.dumps(result))
         runs.append({"policy": policy, "pre_burst_p99_ms": p99})
     report = {"burst": [{"start_s": 10.0, "end_s": 20.0}], "runs": runs}
     (tmp_path / "report.json").write_text(json.dumps(report))
-    figures = drill_figures(tmp_path)
+    figures, phases = drill_figures(tmp_path)
+    assert phases["sponge"] == {"addBatch": 1350.0, "queryPlanning": 90.0}  # the two steady epochs'
+    assert phase_gap(phases) == {"addBatch": 270.0, "queryPlanning": 0.0}
     assert figures["sponge"] == {
         "pre_burst_p99_ms": 2200.0,
         "steady_epoch_s": 1.5,
