@@ -371,14 +371,19 @@ class AgentProcess:
         proc = self._proc
         return proc.pid if proc is not None else None
 
-    def _stats(self) -> dict[str, int] | None:
-        from router.client import AgentClient, OffloadError
+    def _agent_client(self) -> Any:
+        from router.client import AgentClient
 
         if self._client is None:
             secret = self.config.secret_file.read_text().strip().encode()
             self._client = AgentClient(self.address, secret, timeout_s=2.0, tls=self.config.tls())
+        return self._client
+
+    def _stats(self) -> dict[str, int] | None:
+        from router.client import OffloadError
+
         try:
-            stats = self._client.stats()
+            stats = self._agent_client().stats()
         except OffloadError:
             return None
         return {k: int(v) for k, v in stats.items() if isinstance(v, int | float) and not isinstance(v, bool)}
@@ -407,6 +412,11 @@ class AgentProcess:
                 return True
             time.sleep(0.1)
         return False
+
+    def release(self, keep: int, reason: str) -> int:
+        """Drain the agent's idle workers beyond `keep` connected (router/dispatcher.py `drain_idle`);
+        how many were told to leave."""
+        return self._agent_client().release(keep, reason)
 
     def latest(self) -> dict[str, int]:
         """The last sample of the running agent's counters and gauges (workers_connected, ...)."""

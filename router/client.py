@@ -216,6 +216,11 @@ class AgentClient:
         request = self._pb2.WarmRequest(program=program.dumps())
         return int(self._retrying(self._stub.Warm, lambda: request, None, False).warmed)
 
+    def release(self, keep: int, reason: str = "") -> int:
+        """Drain the agent's idle workers beyond `keep` connected; how many it told to leave."""
+        request = self._pb2.ReleaseRequest(keep=keep, reason=reason)
+        return int(self._call(self._stub.Release, request, 10.0).drained)
+
     def hand_back(self, program: ProgramSpec, group: int, version: int) -> pa.Table:
         request = self._pb2.HandBackRequest(program=program.dumps(), group=group, version=version)
         return decode(self._retrying(self._stub.HandBack, lambda: request, None, False).payload)

@@ -209,6 +209,19 @@ class Dispatcher:
             if link is not None:
                 link.retiring = True
 
+    def drain_idle(self, keep: int, reason: str) -> int:
+        """Tell idle workers to leave until at most `keep` stay connected; how many were told. A worker
+        busy with a chunk is never drained: it finishes, and a later call may drain it."""
+        with self._lock:
+            staying = [link for link in self._workers.values() if not link.retiring]
+            idle = [link for link in staying if link.current is None]
+            drained = idle[: max(0, len(staying) - max(keep, 0))]
+            for link in drained:
+                link.retiring = True  # _pump gives it nothing more
+        for link in drained:
+            link.send_drain(reason)
+        return len(drained)
+
     def detach(self, worker_id: str) -> None:
         """The worker's stream ended: whatever it held goes back to the queue."""
         with self._lock:

@@ -34,7 +34,12 @@ STREAM_PREFIX = "sponge-drill"
 def drill(
     query: Annotated[str, typer.Option("--query", "-q", help="NEXMark query.")] = "q5",
     pattern: Annotated[
-        str, typer.Option(help="Burst KIND:FACTORx:SECONDSs: sudden:2x:30s, sine:2x:20s, gradual:3x:40s.")
+        str,
+        typer.Option(
+            help="Burst KIND:FACTORx:SECONDSs: sudden:2x:30s, sine:2x:20s, gradual:3x:40s, or "
+            "persistent:2x:150s, a burst long enough that sponge buys a VM and hands it the load "
+            "(with --duration 200 or so).",
+        ),
     ] = "sudden:2x:30s",
     duration: Annotated[float, typer.Option(min=10, help="Seconds of trace per policy.")] = 90.0,
     lead: Annotated[
@@ -80,9 +85,9 @@ def drill(
         typer.Option(
             min=0,
             max=600,
-            help="vmbase: seconds a new VM boots before its Spark worker starts (default: the paper's "
-            f"{DEFAULT_VM_LAUNCH_DELAY_S:g} s); its executor is usable some seconds later. vminit's VM is "
-            "started before the trace.",
+            help="vmbase, and sponge when a burst persists: seconds a new VM boots before its Spark "
+            f"worker starts (default: the paper's {DEFAULT_VM_LAUNCH_DELAY_S:g} s); its executor is "
+            "usable some seconds later. vminit's VM is started before the trace.",
         ),
     ] = None,
     keep_warm: KeepWarmOpt = None,
@@ -117,7 +122,10 @@ def drill(
     Each policy runs in its own process on the same trace and the same deployment: a Spark standalone
     cluster whose VM is pinned to core 0, with the Lambda workers on core 1 (Over's VM gets both
     cores). vmbase and vminit add a VM (a worker on core 1) when the policy detects the burst:
-    vmbase's after --vm-launch-delay, vminit's was started in advance. Each run warms up, and its
+    vmbase's after --vm-launch-delay, vminit's was started in advance. Sponge buys that VM only when
+    a burst lasts so long that renting its Lambdas would cost more (a persistent:... pattern), then
+    moves the load onto it and releases its workers; the report shows that hand-over and what staying
+    on workers would have cost. Each run warms up, and its
     policy decides nothing until its epochs are steady; the report gives every policy's p99 before
     the burst and calls the drill unfair when they differ by more than 25 %. The drill prints a table,
     checks every policy's output against the batch reference, and writes report.json, report.md and

@@ -27,7 +27,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -295,6 +295,7 @@ def _spec(config: DrillConfig, policy: str, trace: Trace, per_core: float, route
         standalone=True,
         warm_vms=1 if policy == "vminit" else 0,
         vms_on_burst=1 if vms else 0,
+        persistent=policy == "sponge" and bool(config.worker_cpus),  # a burst that persists goes to a VM
         vm_launch_delay_s=config.vm_launch_delay_s,
         memory=replace(config.memory, executor_mb=config.memory.executor_mb or DEFAULT_EXECUTOR_MB),
         kinesis=_stream_of(config, policy),
@@ -475,6 +476,9 @@ def _summarise(
         "recovery_s": latency.recovery_s(series.p99_ms, trace.bursts, config.lead_s),
         "lambda_worker_seconds": worker_s,
         "provisioned_environments": provisioned,
+        "handover": handover(result, [w or 0 for w in workers], trace.duration_s, prices)
+        if offloads
+        else None,
         "stream_shards": shards,
         "stream_usd": round(stream_usd, 6),
         "cost_usd": round(cost, 6),
@@ -548,6 +552,43 @@ def _vm_cost(result: dict[str, Any], base_cores: int, duration_s: float, prices:
         if end > start:
             cost += vm_cost_usd(vm["cores"] / 4, end - start, prices=prices)
     return cost
+
+
+def handover(
+    result: dict[str, Any], workers: Sequence[float], duration_s: float, prices: Any
+) -> dict[str, Any] | None:
+    """Sponge's hand-over of a persistent burst to the VMs it bought (None if it bought none): when it
+    asked for them, when they were usable, when its idle workers were released and how many, and what
+    that cost against staying on workers. Staying on workers keeps the workers connected when they were
+    released, billed to the end of the trace as the drill bills every connected worker, and buys no VM;
+    the base VM and the stream cost both the same."""
+    from policy.cost_model import fleet_cost_usd
+
+    actions = result.get("vm_actions", [])
+    if not any(a.get("add") for a in actions):
+        return None
+    bought = [vm for vm in result.get("vms", []) if not vm["base"] and vm["requested_s"] is not None]
+    usable = [vm["usable_s"] for vm in bought if vm["usable_s"] is not None]
+    released = next((a for a in actions if "workers_released" in a), None)
+    staying = list(workers)
+    if released is not None:
+        at = min(max(int(released["t"]), 0), len(staying))
+        before = max(staying[max(at - 1, 0)] if staying else 0, staying[at] if at < len(staying) else 0)
+        staying = staying[:at] + [max(w, before) for w in staying[at:]]
+    vm_usd = _vm_cost(result, 0, duration_s, prices)
+    lambda_usd = fleet_cost_usd(workers, LAMBDA_MEMORY_MB, prices=prices)
+    staying_usd = fleet_cost_usd(staying, LAMBDA_MEMORY_MB, prices=prices)
+    return {
+        "requested_s": min(vm["requested_s"] for vm in bought) if bought else None,
+        "usable_s": min(usable) if usable else None,
+        "vms_bought": len(bought),
+        "workers_released_s": released["t"] if released is not None else None,
+        "workers_released": released["workers_released"] if released is not None else 0,
+        "vm_usd": round(vm_usd, 6),
+        "lambda_usd": round(lambda_usd, 6),
+        "staying_on_workers_usd": round(staying_usd, 6),
+        "saved_usd": round(staying_usd - vm_usd - lambda_usd, 6),
+    }
 
 
 def _vm_reaction(result: dict[str, Any], trace: Trace) -> float | None:

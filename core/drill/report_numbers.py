@@ -320,6 +320,9 @@ def verdict(report: Mapping[str, Any]) -> str:
     worker_s, cost = finite(run.get("lambda_worker_seconds")), finite(run.get("cost_usd"))
     if worker_s:
         clauses.append(f"it used {worker_s:,.1f} Lambda worker-seconds ({fmt_usd(cost)})")
+    handed = run.get("handover")
+    if isinstance(handed, Mapping):
+        clauses.append(handover_clause(handed))
     vs_over = cost_vs_over(report, run)
     if vs_over is not None and run.get("policy") != "over":
         clauses.append(f"it cost {fmt_ratio(vs_over)} what over cost")
@@ -343,6 +346,30 @@ def verdict(report: Mapping[str, Any]) -> str:
             "against the batch reference"
         )
     return "; ".join(clauses) + "."
+
+
+def handover_clause(h: Mapping[str, Any]) -> str:
+    """Sponge's hand-over of a persistent burst, in one clause: "the burst persisted: it bought 1 VM at
+    62.0 s (usable at 95.3 s) and released 4 idle workers at 98.0 s; the VM and its workers cost $0.012
+    against $0.020 staying on workers (saved $0.0078)".
+    """
+    usable, asked = finite(h.get("usable_s")), fmt_seconds(finite(h.get("requested_s")))
+    ready = f"usable at {fmt_seconds(usable)} s" if usable is not None else "never usable in the trace"
+    text = f"the burst persisted: it bought {h.get('vms_bought', 0)} VM at {asked} s ({ready})"
+    released_at = finite(h.get("workers_released_s"))
+    text += (
+        f" and released {h.get('workers_released', 0)} idle workers at {fmt_seconds(released_at)} s"
+        if released_at is not None
+        else ", and its workers were never released"
+    )
+    spent = (finite(h.get("vm_usd")) or 0.0) + (finite(h.get("lambda_usd")) or 0.0)
+    staying = finite(h.get("staying_on_workers_usd"))
+    saved = finite(h.get("saved_usd")) or 0.0
+    return (
+        text
+        + f"; the VM and its workers cost {fmt_usd(spent)} against {fmt_usd(staying)} staying on workers "
+        f"({'saved' if saved >= 0 else 'lost'} {fmt_usd(abs(saved))})"
+    )
 
 
 def _pre_burst_clause(start: PreBurst, labels: Sequence[str]) -> str:

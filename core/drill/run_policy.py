@@ -261,7 +261,8 @@ class DrillHooks(RunHooks):
         if self.pool is None:
             return None
         if rule is not None:
-            return PersistentVms(rule, self.pool, self.pool.base_vms, self.run.vm_launch_delay_s)
+            release = self.session.release_workers if self.session is not None else None
+            return PersistentVms(rule, self.pool, self.pool.base_vms, self.run.vm_launch_delay_s, release)
         if self.run.vms_on_burst:
             return ScaleOnBurst(self.pool, self.run.vms_on_burst, self.run.vm_launch_delay_s)
         return None

@@ -16,12 +16,14 @@ fits.
 * `PersistentVms` is Sponge's own persistent-burst rule (policy/persistent_burst.py, ADR 0007): it
   buys VMs when renting the Lambdas for the rest of a long burst would cost more, and releases them
   after the burst. The pool's executor count feeds the monitor's vm_cores, so the policy lowers the
-  offloaded share by itself once the VMs are usable.
+  offloaded share by itself once the VMs are usable; once it offloads nothing while they are, the idle
+  workers are released (their sessions would bill on for nothing).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -85,12 +87,21 @@ class PersistentVms:
     pool: Pool
     base_vms: int
     launch_delay_s: float
+    # Drains the idle workers beyond a count (core/spark/offload_session.py `release_workers`).
+    release_workers: Callable[[int, str], int] | None = None
     events: list[dict[str, Any]] = field(default_factory=list)
+    _workers_released: bool = False  # since the bought VMs took the load over
 
     def __call__(self, obs: Observation, decision: Decision | None) -> dict[str, Any] | None:
         if decision is None:
             return None
         usable, pending = max(self.pool.usable() - self.base_vms, 0), self.pool.pending()
+        if not usable or decision.share > 0:
+            self._workers_released = False
+        elif self.release_workers is not None and not self._workers_released:
+            self._workers_released = True
+            reason = "the burst is on the bought VMs"
+            self.events.append({"t": round(obs.t, 3), "workers_released": self.release_workers(0, reason)})
         request = self.rule.step(obs, decision, usable, pending)
         if request is not None:
             released = 0

@@ -4,6 +4,8 @@ Why text specs: a drill is repeated and compared across policies and machines, s
 named exactly on the command line and in the report. `sudden:2x:30s` holds the stable rate, jumps
 to 2x for 30 s and comes back; `sine:2x:20s` swings between the stable rate and 2x with a 20 s
 period; `gradual:2x:30s` ramps up to 2x over the first half of 30 s and back down over the second.
+`persistent:2x:150s` is a sudden burst held long enough that buying a VM beats renting Lambdas for it
+(ADR 0007): the drill in which Sponge hands the burst over to a VM.
 Every pattern starts with a stable lead-in (so the policy learns the stable rate and the VMs warm up)
 and ends with a stable tail (so recovery can be seen).
 """
@@ -18,9 +20,10 @@ from dataclasses import dataclass
 from core.errors import ConfigError
 from core.nexmark.schedule import RateSchedule, Segment
 
-KINDS = ("sudden", "sine", "gradual")
+KINDS = ("sudden", "sine", "gradual")  # the shapes of Sponge's Fig. 9, the drill matrix's columns
+PERSISTENT = "persistent"  # a sudden burst that outlasts renting: the hand-over to a bought VM
 _SPEC = re.compile(r"^(?P<kind>[a-z]+):(?P<factor>\d+(\.\d+)?)x:(?P<length>\d+(\.\d+)?)s$")
-_HINT = "write KIND:FACTORx:SECONDSs, e.g. sudden:2x:30s, sine:2x:20s or gradual:3x:40s"
+_HINT = "write KIND:FACTORx:SECONDSs, e.g. sudden:2x:30s, sine:2x:20s, gradual:3x:40s or persistent:2x:150s"
 SINE_STEP_S = 1.0  # the sine is drawn as linear pieces of this length
 RAMP_FROM = 0.1  # a lead-in ramp starts at this share of the stable rate
 
@@ -55,7 +58,7 @@ class BurstPattern:
     @classmethod
     def parse(cls, text: str) -> BurstPattern:
         m = _SPEC.match(text.strip().lower())
-        if not m or m["kind"] not in KINDS:
+        if not m or m["kind"] not in (*KINDS, PERSISTENT):
             raise ConfigError(f"unknown burst pattern {text!r}", hint=_HINT)
         factor, length = float(m["factor"]), float(m["length"])
         if factor <= 1 or length <= 0:
@@ -84,7 +87,7 @@ class BurstPattern:
         pieces: list[Segment] = [Segment(ramp, r * RAMP_FROM, r)] if ramp > 0 else []
         pieces += [Segment(lead_s - ramp, r, r)] if lead_s > 0 else []
         bursts: list[tuple[float, float]] = []
-        if self.kind == "sudden":
+        if self.kind in ("sudden", PERSISTENT):
             pieces.append(Segment(self.length_s, peak, peak))
             bursts.append((lead_s, lead_s + self.length_s))
         elif self.kind == "gradual":

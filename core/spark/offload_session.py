@@ -293,6 +293,10 @@ class OffloadSession:
         write_current_plan(self.dir, plan)
         return plan
 
+    def release_workers(self, keep: int, reason: str) -> int:
+        """Drain the agent's idle workers beyond `keep` connected: their load is on bought VMs now."""
+        return self.agent.release(keep, reason) if self.agent is not None else 0
+
     def _restart_agent(self) -> None:
         self._count(AGENT_RESTART)  # the fault is the kill; the restart is the recovery
         self.agent.restart()

@@ -386,6 +386,10 @@ class _Servicer:
         warmed = pool.learn(spec.to_json()).answered if pool is not None else 0
         return self.pb2.WarmReply(warmed=warmed)
 
+    def Release(self, request: Any, context: Any) -> Any:
+        reason = request.reason or "released: the load is on VMs"
+        return self.pb2.ReleaseReply(drained=self.agent.dispatcher.drain_idle(int(request.keep), reason))
+
     def HandBack(self, request: Any, context: Any) -> Any:
         keyed = self._keyed(context)
         try:

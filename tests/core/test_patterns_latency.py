@@ -19,6 +19,13 @@ def test_sudden_holds_doubles_and_comes_back() -> None:
     assert trace.events == pytest.approx(20 * 10_000 + 30 * 20_000 + 40 * 10_000, abs=1)
 
 
+def test_a_persistent_burst_is_a_long_sudden_one() -> None:
+    persistent = BurstPattern.parse("persistent:2x:150s").trace(10_000, 200, 20)
+    assert persistent.rate_by_second()[20:170] == [20_000] * 150 and persistent.bursts == ((20, 170),)
+    assert persistent.schedule == BurstPattern.parse("sudden:2x:150s").trace(10_000, 200, 20).schedule
+    assert BurstPattern.parse("persistent:2x:150s").text() == "persistent:2x:150s"
+
+
 def test_a_lead_in_ramp_starts_low_and_reaches_the_stable_rate_within_half_the_lead() -> None:
     trace = BurstPattern.parse("sudden:2x:30s").trace(10_000, 90, 20, ramp_s=5)
     rates = trace.rate_by_second()

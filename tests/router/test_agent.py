@@ -279,6 +279,22 @@ def test_a_stopping_agent_drains_its_workers(make_agent, secret) -> None:  # typ
     assert summary["reason"] in ("drained", "closed") and summary["chunks"] == 1
 
 
+def test_release_drains_idle_workers_whose_sessions_then_end(make_agent, secret) -> None:  # type: ignore[no-untyped-def]
+    invoker = ThreadInvoker()
+    agent = make_agent(invoker, idle_timeout_s=600.0)  # a drill's warm sessions: they would stay
+    with AgentClient(agent.address, secret) as client:
+        client.offload(1, 0, 0, Q5, bids(2_000))
+        assert client.stats()["workers_connected"] >= 1
+        assert client.release(0, "on VMs") >= 1
+        deadline = time.monotonic() + 30  # a bounded wait for the sessions to end
+        while client.stats()["workers_connected"]:
+            assert time.monotonic() < deadline, "a released worker's session never ended"
+            time.sleep(0.02)
+        assert client.release(0, "again") == 0
+        assert client.offload(1, 0, 1, Q5, bids(2_000)).rows_in  # a later chunk gets a new worker
+    assert invoker.results[0]["reason"] == "drained"
+
+
 def test_a_connection_that_never_says_hello_is_closed(make_agent) -> None:  # type: ignore[no-untyped-def]
     grpc = grpc_module()
     _, agent_pb2_grpc = pb()

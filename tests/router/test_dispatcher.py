@@ -158,6 +158,25 @@ def test_a_retiring_worker_gets_no_new_chunks() -> None:
     assert a.sent == [t1] and not t2.future.done()
 
 
+def test_drain_idle_tells_idle_workers_beyond_keep_to_leave_and_never_a_busy_one() -> None:
+    d, _ = _dispatcher()
+    a, b, c = FakeLink("a"), FakeLink("b"), FakeLink("c")
+    for link in (a, b, c):
+        d.attach(link)
+    t1 = _task(1)
+    d.submit(t1)  # a is busy
+    assert d.drain_idle(keep=1, reason="on VMs") == 2  # b and c idle: both go, a stays
+    assert (a.drained, b.drained, c.drained) == ([], ["on VMs"], ["on VMs"])
+    assert d.drain_idle(keep=0, reason="on VMs") == 0  # a is still busy; b and c are leaving already
+    t2 = _task(2)
+    d.submit(t2)
+    _result(d, a, t1)
+    assert [t.chunk_id for t in a.sent] == [1, 2]  # a drained worker gets nothing: a takes the next
+    _result(d, a, t2)
+    assert d.drain_idle(keep=0, reason="done") == 1 and a.drained == ["done"]
+    assert t1.future.result(1).worker_id == "a" and t2.future.result(1).worker_id == "a"
+
+
 def test_close_drains_workers_and_fails_what_is_left() -> None:
     d, _ = _dispatcher()
     a = FakeLink("a")

@@ -13,10 +13,11 @@ import psutil
 import pytest
 
 from core.drill import drill, run_policy
+from core.drill.report_numbers import handover_clause
 from core.drill.vm_actions import PersistentVms, ScaleOnBurst, overloaded
 from core.errors import ConfigError
 from core.nexmark.patterns import BurstPattern
-from policy.cost_model import PersistentBurstConfig, Prices, vm_cost_usd
+from policy.cost_model import PersistentBurstConfig, Prices, fleet_cost_usd, vm_cost_usd
 from policy.loop import PolicyLoop
 from policy.monitor import Observation, ProcessTreeCpu
 from policy.offload_policy import NO_GAIN, Decision
@@ -93,6 +94,31 @@ def test_the_persistent_rule_buys_a_vm_for_a_long_burst_and_the_pool_counts_adde
     assert logged[bought + 1]["vms_pending"] == 1
     assert len([c for c in pool.calls if c[0] == "request"]) == 1  # never repeated while pending
     assert action(obs(300), None) is None
+
+
+def test_once_the_bought_vm_holds_the_burst_the_idle_workers_are_released_once_per_hand_over() -> None:
+    pool = FakePool(base=1)
+    released: list[tuple[int, str]] = []
+
+    def release(keep: int, reason: str) -> int:
+        released.append((keep, reason))
+        return 3
+
+    action = PersistentVms(rule(), pool, base_vms=1, launch_delay_s=3.0, release_workers=release)
+    action(obs(0, 20_000.0), decision(0, 0.6))
+    action(obs(1, 20_000.0), decision(1, 0.0))  # nothing offloaded, but no VM bought: nothing to release
+    assert released == []
+    pool.waiting = 1
+    pool.arrive()  # the bought VM is usable ...
+    action(obs(2, 20_000.0), decision(2, 0.3))  # ... while the policy still offloads: the workers stay
+    assert released == []
+    action(obs(3, 20_000.0), decision(3, 0.0))  # the VM holds the load: the workers go, once
+    action(obs(4, 20_000.0), decision(4, 0.0))
+    assert released == [(0, "the burst is on the bought VMs")]
+    assert {"t": 3, "workers_released": 3} in action.events
+    action(obs(5, 20_000.0), decision(5, 0.5))  # the burst grows past the VM: workers are back
+    action(obs(6, 20_000.0), decision(6, 0.0))  # and go again once it holds
+    assert len(released) == 2
 
 
 def test_the_loop_runs_the_vm_action_each_second_and_keeps_its_failures() -> None:
@@ -211,6 +237,10 @@ def test_sfbase_is_refused_with_why_and_where_it_is_modelled() -> None:
     assert (local.batch_events, vmbase.batch_events, over.batch_events) == (200_000, 200_000, 400_000)
     assert local.onset_s == trace.bursts[0][0]
     assert drill.deployment(over)["vm_cores"] == 2 and drill.deployment(vmbase)["adds"]
+    # Sponge's policy in full: a burst that persists is handed to a VM on the worker cores.
+    sponge = drill._spec(config, "sponge", trace, 1.0, routed=True)
+    assert sponge.persistent and sponge.standalone and not local.persistent and not vmbase.persistent
+    assert drill.deployment(sponge)["adds"] == "VMs on the worker cores when a burst persists"
 
 
 def test_the_pool_cpu_counts_a_joining_executor_from_when_it_joined() -> None:
@@ -257,3 +287,28 @@ def test_a_run_that_adds_vms_needs_the_standalone_cluster() -> None:
         run_policy.PolicyRun(**base, persistent=True, standalone=True)
     ok = run_policy.PolicyRun(**base, persistent=True, standalone=True, controlled=True, offload=True)
     assert ok.persistent and not ok.warm_vms
+
+
+def test_the_hand_over_is_reported_with_what_staying_on_workers_would_have_cost() -> None:
+    """4 workers from 20 s; a VM asked for at 60 s and usable at 90 s; the workers released at 95 s. Staying
+    on workers keeps those 4 to the end of the 200 s trace; the hand-over pays the VM from 60 s instead."""
+    prices = Prices()
+    workers = [0.0] * 20 + [4.0] * 75 + [0.0] * 105
+    result = {
+        "vm_actions": [{"t": 60.0, "add": 1, "release": 0}, {"t": 95.0, "workers_released": 4}],
+        "vms": [vm(0, base=True), vm(1, requested=60.0, usable=90.0)],
+    }
+    h = drill.handover(result, workers, 200.0, prices)
+    assert h is not None
+    assert (h["requested_s"], h["usable_s"], h["vms_bought"]) == (60.0, 90.0, 1)
+    assert (h["workers_released_s"], h["workers_released"]) == (95.0, 4)
+    assert h["vm_usd"] == pytest.approx(vm_cost_usd(1 / 4, 140.0, prices=prices), abs=1e-6)
+    assert h["lambda_usd"] == pytest.approx(fleet_cost_usd(workers, 1769, prices=prices), abs=1e-6)
+    staying = fleet_cost_usd([0.0] * 20 + [4.0] * 180, 1769, prices=prices)
+    assert h["staying_on_workers_usd"] == pytest.approx(staying, abs=1e-6)
+    assert h["saved_usd"] == pytest.approx(staying - h["vm_usd"] - h["lambda_usd"], abs=1e-6)
+    assert h["saved_usd"] > 0  # 105 s of 4 Lambda cores cost more than 140 s of one VM core
+    text = handover_clause(h)
+    assert text.startswith("the burst persisted: it bought 1 VM at 60.0 s (usable at 90.0 s)")
+    assert "released 4 idle workers at 95.0 s" in text and "staying on workers (saved $" in text
+    assert drill.handover({"vm_actions": [{"t": 1.0, "workers_released": 0}]}, workers, 200.0, prices) is None
