@@ -31,6 +31,7 @@ import contextlib
 import itertools
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -53,6 +54,9 @@ from core.spark.session import check_java
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
+
+
+LOG_TAIL_LINES = 15
 
 
 class ClusterError(SpongeError):
@@ -109,7 +113,8 @@ class PendingWorker:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port free right now (the kernel's pick); the small race with other binders is acceptable here."""
+    """A port free right now (the kernel's pick). Another binder may take it before the JVM does; Spark
+    then binds the next port up, and the cluster reads the port it really bound from the log."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
@@ -203,8 +208,15 @@ class StandaloneCluster:
         (self.config.run_dir / "conf").mkdir(exist_ok=True)
         t0 = time.monotonic()
         try:
-            self._start_master()
-            self._wait(lambda: self.status() is not None, "the master's web UI to answer", "master.log")
+            master = self._start_master()
+
+            def answering() -> bool:
+                self._check_running(master, "the master", "master.log")
+                self.master_port = self._bound_port("master.log", "sparkMaster") or self.master_port
+                self.webui_port = self._bound_port("master.log", "MasterUI") or self.webui_port
+                return self.status() is not None
+
+            self._wait(answering, "the master's web UI to answer", "master.log")
             self.timings["master_ready_s"] = time.monotonic() - t0
             pending = [self.add_worker(spec) for spec in self.config.workers]
             deadline = t0 + self.config.start_timeout_s
@@ -331,10 +343,10 @@ class StandaloneCluster:
                 raise ClusterError("the cluster stopped while a worker was starting")
         return proc
 
-    def _start_master(self) -> None:
+    def _start_master(self) -> subprocess.Popen[bytes]:
         host = self.config.host
         self.master_port, self.webui_port = free_port(host), free_port(host)
-        self._spawn(
+        return self._spawn(
             [
                 MASTER_CLASS,
                 "--host",
@@ -379,11 +391,8 @@ class StandaloneCluster:
             pending.pid, pending.launched_at = proc.pid, time.monotonic()
 
             def registered() -> bool:
-                if proc.poll() is not None:
-                    raise ClusterError(
-                        f"worker {pending.index} exited with {proc.returncode}",
-                        hint=f"see {self.config.run_dir / log_name}",
-                    )
+                self._check_running(proc, f"worker {pending.index}", log_name)
+                pending.port = self._bound_port(log_name, "sparkWorker") or pending.port
                 for w in self.alive_workers():
                     if w.get("port") == pending.port:
                         pending.worker_id = str(w.get("id"))
@@ -399,14 +408,35 @@ class StandaloneCluster:
         if pending.error is None and on_registered is not None:
             on_registered(pending)
 
+    def _bound_port(self, log_name: str, service: str) -> int | None:
+        """The port Spark says it bound `service` to ("Successfully started service ..."), once logged."""
+        found = re.findall(rf"started service '{service}' on port (\d+)", self._log_text(log_name))
+        return int(found[-1]) if found else None
+
+    def _log_text(self, log_name: str) -> str:
+        try:
+            return (self.config.run_dir / log_name).read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def _failure(self, message: str, log_name: str) -> ClusterError:
+        """An error carrying the last lines of the process's log: CI keeps the message, not the file."""
+        tail = "\n".join(self._log_text(log_name).splitlines()[-LOG_TAIL_LINES:])
+        return ClusterError(
+            f"{message}; the last lines of {log_name}:\n{tail}",
+            hint=f"see {self.config.run_dir / log_name}",
+        )
+
+    def _check_running(self, proc: subprocess.Popen[bytes], who: str, log_name: str) -> None:
+        if proc.poll() is not None:
+            raise self._failure(f"{who} exited with {proc.returncode}", log_name)
+
     def _wait(self, ready: Callable[[], bool], what: str, log_name: str) -> None:
         deadline = time.monotonic() + self.config.start_timeout_s
         while not ready():
             if self._stopping.is_set():
                 raise ClusterError(f"the cluster stopped while waiting for {what}")
             if time.monotonic() > deadline:
-                raise ClusterError(
-                    f"timed out after {self.config.start_timeout_s} s waiting for {what}",
-                    hint=f"see {self.config.run_dir / log_name}",
-                )
+                timeout = self.config.start_timeout_s
+                raise self._failure(f"timed out after {timeout} s waiting for {what}", log_name)
             time.sleep(self.config.poll_interval_s)

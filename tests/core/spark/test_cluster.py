@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -18,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from core.errors import ConfigError
-from core.spark.cluster import StandaloneCluster, alive, descendants
+from core.spark import cluster as cluster_module
+from core.spark.cluster import ClusterError, StandaloneCluster, alive, descendants
 from core.spark.cluster_config import ClusterConfig, WorkerSpec
 
 pytestmark = pytest.mark.solo
@@ -51,8 +53,13 @@ def drive(master_url: str) -> None:
     spark = spark_session(SparkConfig(master=master_url, app_name="sponge-cluster-test"))
     sc = spark.sparkContext
     total = sc.parallelize(range(1000), 2).map(lambda x: x * 2).sum()
-    emit(event="first_job", total=total, executors=executors(sc), session_s=time.monotonic() - t0,
-         affinity=sorted({tuple(a) for a in sc.parallelize(range(2), 2).map(where).collect()}))
+    emit(
+        event="first_job",
+        total=total,
+        executors=executors(sc),
+        session_s=time.monotonic() - t0,
+        affinity=sorted({tuple(a) for a in sc.parallelize(range(2), 2).map(where).collect()}),
+    )
     sys.stdin.readline()  # the test has asked for a second worker
     deadline = time.monotonic() + 45
     while executors(sc) < 2 and time.monotonic() < deadline:
@@ -111,12 +118,17 @@ def test_an_application_gains_an_executor_when_a_worker_joins(tmp_path: Path) ->
     pids: list[int] = []
     try:
         cluster.start()
-        print(f"\nmaster ready {cluster.timings['master_ready_s']:.1f} s, "
-              f"master + 1 worker registered {cluster.timings['cluster_ready_s']:.1f} s")
+        print(
+            f"\nmaster ready {cluster.timings['master_ready_s']:.1f} s, "
+            f"master + 1 worker registered {cluster.timings['cluster_ready_s']:.1f} s"
+        )
         assert len(cluster.alive_workers()) == 1
         driver = subprocess.Popen(
             [sys.executable, "-c", DRIVE, cluster.master_url],
-            cwd=PROJECT_ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            cwd=PROJECT_ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
         )
         assert driver.stdout is not None and driver.stdin is not None
         one = json.loads(driver.stdout.readline() or "{}")
@@ -139,9 +151,11 @@ def test_an_application_gains_an_executor_when_a_worker_joins(tmp_path: Path) ->
         two = json.loads(driver.stdout.readline() or "{}")
         assert two.get("event") == "second_executor" and two["executors"] == 2
         usable_s = two["seen_at"] - pending.launched_at
-        print(f"add_worker: launched {pending.launched_at - pending.requested_at:.1f} s after the call, "
-              f"registered {pending.registration_s:.1f} s after launch, "
-              f"executor usable {usable_s:.1f} s after launch")
+        print(
+            f"add_worker: launched {pending.launched_at - pending.requested_at:.1f} s after the call, "
+            f"registered {pending.registration_s:.1f} s after launch, "
+            f"executor usable {usable_s:.1f} s after launch"
+        )
         if PIN:
             assert two["affinity"] == [[CPUS[0]], [CPUS[1]]]  # tasks ran on both "VMs"
             (executor,) = _executor_jvms(pending.pid or 0)
@@ -173,8 +187,12 @@ time.sleep(600)
 @pytest.mark.spark
 @pytest.mark.slow
 def test_a_killed_owner_leaves_no_master_or_worker(tmp_path: Path) -> None:
-    owner = subprocess.Popen([sys.executable, "-c", ORPHAN_SCRIPT, str(tmp_path)], cwd=PROJECT_ROOT,
-                             stdout=subprocess.PIPE, text=True)
+    owner = subprocess.Popen(
+        [sys.executable, "-c", ORPHAN_SCRIPT, str(tmp_path)],
+        cwd=PROJECT_ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert owner.stdout is not None
         pids = json.loads(owner.stdout.readline() or "[]")
@@ -183,3 +201,38 @@ def test_a_killed_owner_leaves_no_master_or_worker(tmp_path: Path) -> None:
         owner.send_signal(signal.SIGKILL)
         owner.wait(10)
     assert _gone(pids, within_s=30) == []  # a bounded wait: it ends when the JVMs are gone
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_a_master_whose_ports_were_taken_meanwhile_is_found_on_the_ports_it_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another binder takes the picked ports before the JVM starts: Spark binds the next ones up."""
+    held = [socket.create_server(("127.0.0.1", 0)) for _ in range(2)]
+    taken = [s.getsockname()[1] for s in held]
+    pick = cluster_module.free_port
+    monkeypatch.setattr(
+        cluster_module, "free_port", lambda host="127.0.0.1": taken.pop(0) if taken else pick(host)
+    )
+    try:
+        with StandaloneCluster(ClusterConfig(run_dir=tmp_path, start_timeout_s=60)) as cluster:
+            assert cluster.status() is not None
+            assert {cluster.master_port, cluster.webui_port}.isdisjoint(s.getsockname()[1] for s in held)
+    finally:
+        for s in held:
+            s.close()
+
+
+@pytest.mark.spark
+def test_a_master_that_exits_fails_the_start_at_once_with_its_log(tmp_path: Path) -> None:
+    home = tmp_path / "spark"
+    (home / "bin").mkdir(parents=True)
+    launcher = home / "bin" / "spark-class"
+    launcher.write_text("#!/bin/sh\necho 'Error: could not reserve enough space for object heap'\nexit 3\n")
+    launcher.chmod(0o755)
+    started = time.monotonic()
+    with pytest.raises(ClusterError, match="exited with 3") as failed:
+        StandaloneCluster(ClusterConfig(run_dir=tmp_path / "run", spark_home=home)).start()
+    assert "object heap" in str(failed.value)
+    assert time.monotonic() - started < 30  # not the 90 s start timeout
