@@ -17,8 +17,6 @@ from lambda_worker.program import ProgramSpec
 from merge.keyed_groups import GROUP
 from merge.winner import OPEN
 
-pytestmark = pytest.mark.solo
-
 ROOT = Path(__file__).resolve().parents[2]
 
 

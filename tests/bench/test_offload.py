@@ -22,8 +22,6 @@ from bench.offload_rigs import (
     vm_batch_events,
 )
 
-pytestmark = pytest.mark.solo
-
 ROOT = Path(__file__).resolve().parents[2]
 
 

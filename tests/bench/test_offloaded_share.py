@@ -32,8 +32,6 @@ from bench.offloaded_share import (
 from core.offload_plan import DEFAULT_OFFLOAD_COST
 from router.source_router import OFFLOAD, RouteOptions
 
-pytestmark = pytest.mark.solo
-
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -22,8 +22,6 @@ from bench.state import (
     series,
 )
 
-pytestmark = pytest.mark.solo
-
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -12,8 +12,6 @@ import pytest
 from bench.throughput import normalized
 from bench.throughput_variants import steady_state
 
-pytestmark = pytest.mark.solo
-
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -12,8 +12,6 @@ import pytest
 
 from bench.transport import parse_args
 
-pytestmark = pytest.mark.solo
-
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -1,5 +1,6 @@
-"""A real (one-cell) drill matrix through the console script: the drill runs, the table, JSON and
-heat-map are written, every output matches the reference, and a second run keeps the cell."""
+"""A real one-cell drill matrix through the console script, its cell a short sponge drill: the policy
+waits for a steady run, offloads nothing before the onset and the burst after it, the output matches
+the reference; the table, JSON and heat-map are written, and a second run keeps the cell."""
 
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ pytestmark = [pytest.mark.solo, pytest.mark.spark, pytest.mark.slow]
 
 SPONGE = str(Path(sys.executable).parent / "sponge")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+LEAD_S = 25  # long enough for the run to reach its steady state before the burst
+DURATION_S = LEAD_S + 20
+PATTERN = "sudden:3x:8s"
 
 
 def _matrix(out: Path) -> subprocess.CompletedProcess[str]:
@@ -25,15 +29,15 @@ def _matrix(out: Path) -> subprocess.CompletedProcess[str]:
         "--queries",
         "q1",
         "--patterns",
-        "sudden",
+        PATTERN,
         "--compare",
-        "sponge,noscaling",
+        "sponge",  # the baselines' ratios are the fast lane's (tests/core/drill/test_matrix.py)
         "--duration",
-        "24",
+        str(DURATION_S),
         "--lead",
-        "8",  # a matrix's mechanics, not a fair drill: the policy is armed at the onset
+        str(LEAD_S),
         "--rate",
-        "20000",  # no calibration probes
+        "12000",  # no calibration probes
         "--report",
         str(out),
         "--json",
@@ -44,20 +48,42 @@ def _matrix(out: Path) -> subprocess.CompletedProcess[str]:
 @pytest.mark.skipif(
     len(os.sched_getaffinity(0)) < 2, reason="a drill pins the VMs and the workers to separate cores"
 )
-def test_a_one_cell_matrix_writes_its_table_json_and_heatmap_and_resumes(tmp_path: Path) -> None:
+def test_a_one_cell_matrix_of_a_steady_sponge_drill_offloads_the_burst_only_and_resumes(
+    tmp_path: Path,
+) -> None:
     out = tmp_path / "matrix"
     result = _matrix(out)
     assert result.returncode == 0, result.stderr[-3000:]
     matrix = json.loads(result.stdout.strip().splitlines()[-1])  # --json: the last line is the contract
     assert matrix == json.loads((out / "matrix.json").read_text())
     (cell,) = matrix["cells"]
-    assert (cell["cell"], cell["pattern"], cell["state"]) == ("q1-sudden", "sudden:2x:8s", "done")
+    assert (cell["cell"], cell["pattern"], cell["state"]) == ("q1-sudden", PATTERN, "done")
     assert cell["exact"] is True and matrix["exact"] is True and matrix["complete"]
-    assert set(cell["cost_usd"]) == {"sponge", "noscaling"}
-    assert (out / "q1-sudden" / "report.md").exists() and (out / "q1-sudden" / "report.json").exists()
-    assert "| q1-sudden | sudden:2x:8s | 20,000 |" in (out / "matrix.md").read_text()
+    assert set(cell["cost_usd"]) == {"sponge"}
+    assert f"| q1-sudden | {PATTERN} | 12,000 |" in (out / "matrix.md").read_text()
     png = (out / "matrix.png").read_bytes()
     assert png[:8] == PNG_MAGIC and len(png) > 10_000
+
+    report = out / "q1-sudden"
+    assert (report / "report.md").exists() and (report / "latency.png").exists()
+    data = json.loads((report / "report.json").read_text())
+    (run,) = data["runs"]
+    assert run["policy"] == "sponge" and run["results_match_reference"] is True
+    assert run["records_offloaded"] > 0  # the policy reacted to the burst and workers took records
+    assert run["reaction_s"] is not None
+    assert len(run["p99_ms_by_second"]) == DURATION_S
+    rates = data["rate_by_second"]
+    assert rates[0] < 0.5 * rates[LEAD_S - 1], "the lead-in ramps up, so the new query starts level"
+    assert run["deployment"]["spark"] == "standalone" and run["deployment"]["vm_cores"] == 1
+    # The policy decided nothing until the run was steady, and nothing was offloaded before the onset.
+    assert run["steady_s"] is not None and run["steady_s"] < LEAD_S, run["steady_s"]
+    log = (report / "sponge" / "output-decisions.jsonl").read_text().splitlines()[1:]
+    decisions = [json.loads(line)["decision"] for line in log]
+    assert len(decisions) > 10  # one per second once armed
+    assert decisions[0]["t"] >= run["steady_s"] - 1.0  # a sample's time is its second's start
+    early = [d for d in decisions if d["t"] < LEAD_S and d["share"] > 0]
+    assert not early, f"offloaded before the onset at {LEAD_S} s: {early}"
+    assert run["before_onset"] == {"max_share": 0.0, "worker_seconds": 0.0}
 
     started = time.monotonic()
     again = _matrix(out)
