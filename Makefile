@@ -54,8 +54,8 @@ $(STAMP): pyproject.toml constraints.txt core/wire/agent.proto
 
 # Three lanes, each always run; any failing fails the target. The fast lane and the Spark and process
 # lane run two tests at a time (pytest-xdist; a file's tests stay on one worker, so its module fixtures
-# start once); the solo lane, whose tests pin cores, measure or start clusters and LocalStack, one at
-# a time after them.
+# start once); the solo lane, whose tests run drills or clusters or assert on timing, one at a time
+# after them.
 test: setup
 	@$(BIN)/python -m pytest -m "not spark and not slow" -n 2; fast=$$?; \
 	$(BIN)/python -m pytest -m "(spark or slow) and not solo" -n 2 --dist loadfile; slow=$$?; \

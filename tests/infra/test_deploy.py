@@ -42,8 +42,6 @@ from infra.deploy.status import status
 from router.agent_process import AgentProcessConfig, LambdaFunction
 from tests.infra.localstack_env import kill, running_localstack, runtime_pids
 
-pytestmark = pytest.mark.solo
-
 # ---- fast: no LocalStack --------------------------------------------------------------------------
 
 

@@ -27,8 +27,6 @@ from infra.localstack.launcher import SERVICES, LocalStackConfig, LocalStackErro
 from router.agent_process import free_port
 from tests.infra.localstack_env import kill, running_localstack, runtime_pids, zip_handler
 
-pytestmark = pytest.mark.solo
-
 HANDLER = """
 import json, os, time
 

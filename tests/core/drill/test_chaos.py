@@ -12,8 +12,6 @@ import pytest
 from core.drill.chaos import SPONGE, ChaosRun, resumed, schedule
 from core.fault_spec import DRIVER_KILL, parse_all
 
-pytestmark = pytest.mark.solo
-
 RUN = ChaosRun("q8", 4_000, 1_000, 0.5, 2)  # four epochs: a schedule takes about half a minute
 SEED = 9  # seeds 9-10: a driver kill (resumed), a stalled worker, an agent SIGKILL, a worker kill and task
 # failures (a throttle is the in-process schedules' of tests/core/spark/test_offload_run.py)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.solo, pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.timeout(600)]
 
 SPONGE = [sys.executable, "-c", "from core.cli.main import main; main()"]
 RECORD_MB = 360

@@ -28,7 +28,7 @@ from core.spark.offload_session import OffloadConfig
 from core.spark.runner import RunConfig, run_query
 from tests.infra.localstack_env import running_localstack
 
-pytestmark = [pytest.mark.solo, pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 SPONGE = [sys.executable, "-c", "from core.cli.main import main; main()"]
 GEN = GeneratorConfig(seed=3, events=2_000, schedule=RateSchedule.constant(2_000))
