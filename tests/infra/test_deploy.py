@@ -42,6 +42,10 @@ from infra.deploy.status import status
 from router.agent_process import AgentProcessConfig, LambdaFunction
 from tests.infra.localstack_env import kill, running_localstack, runtime_pids
 
+# Solo: CloudWatch's metrics of an invocation arrive when its worker idles out, within the tests' waits
+# only on a machine that is not also running two other tests.
+pytestmark = pytest.mark.solo
+
 # ---- fast: no LocalStack --------------------------------------------------------------------------
 
 
