@@ -136,7 +136,7 @@ def drill(
     --state-store and --rocksdb-memory, sized from this machine unless set. report.json records them;
     each run's JVM log is REPORT/<policy>/jvm.log.
     """
-    from core.config_file import data_plane
+    from core.config_file import data_plane, policy_settings
     from core.drill.drill import EXECUTORS, DrillConfig, policies_from, run_drill
     from core.drill.report import write_report
     from router.agent.warm_pool import WarmPoolConfig
@@ -181,6 +181,7 @@ def drill(
         seed=seed,
         stable_rate=rate,
         max_workers=DEFAULT_WORKERS if workers is None else workers,
+        rho=policy_settings(config).rho,
         **({} if keep_warm is None else {"keep_warm_s": WarmPoolConfig(keep_warm_s=keep_warm).keep_warm_s}),
         vm_launch_delay_s=DEFAULT_VM_LAUNCH_DELAY_S if vm_launch_delay is None else vm_launch_delay,
         kinesis=kinesis,

@@ -117,7 +117,8 @@ ConfigOpt = Annotated[
         "--config",
         dir_okay=False,
         help="Settings file (TOML) under the flags: [data_plane] bind, advertise, transport; [policy] "
-        "per_core_rate, rho (--policy sponge). Default: ./sponge.toml when there is one.",
+        "rho (the sponge policy) and per_core_rate (sponge run; a drill measures its own). "
+        "Default: ./sponge.toml when there is one.",
     ),
 ]
 TransportOpt = Annotated[

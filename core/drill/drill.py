@@ -90,6 +90,7 @@ class DrillConfig:
     seed: int = 0
     stable_rate: float | None = None  # None: probe for ~70 % VM CPU
     max_workers: int = 4
+    rho: float | None = None  # a worker core against a VM core; None: DEFAULT_RHO's measure for the query
     keep_warm_s: float | None = DEFAULT_KEEP_WARM_S  # the sponge policy's keep-warm interval
     vm_cpus: tuple[int, ...] = (0,)
     worker_cpus: tuple[int, ...] = (1,)
@@ -288,7 +289,7 @@ def _spec(config: DrillConfig, policy: str, trace: Trace, per_core: float, route
         prewarm=config.max_workers if routed and policy == "sponge" else 0,
         keep_warm_s=config.keep_warm_s if routed and policy == "sponge" else None,
         per_core_rate=per_core,
-        rho=DEFAULT_RHO.get(config.query, 5.0),
+        rho=config.rho or DEFAULT_RHO.get(config.query, 5.0),
         deadline_s=float(config.window_slide_s),
         window_size_s=config.window_size_s,
         window_slide_s=config.window_slide_s,
