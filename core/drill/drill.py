@@ -619,7 +619,11 @@ def _vm_notes(result: dict[str, Any]) -> str:
     """One line on the VM side: when the VM was asked for and usable, and where the tasks ran."""
     parts = []
     for action in result.get("vm_actions", []):
-        parts.append(f"VM requested at {action['t']:.1f} s ({action['reason']})")
+        if "workers_released" in action:
+            parts.append(f"{action['workers_released']} idle workers released at {action['t']:.1f} s")
+        else:
+            verb = "requested" if action.get("add") else "released"
+            parts.append(f"VM {verb} at {action['t']:.1f} s ({action['reason']})")
     for vm in result["vms"]:
         if vm["base"]:
             continue

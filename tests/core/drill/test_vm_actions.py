@@ -203,12 +203,17 @@ def test_vm_reaction_and_notes_come_from_the_vm_timeline() -> None:
     trace = BurstPattern.parse("sudden:2x:30s").trace(10_000.0, 90.0, 30.0)
     result = {
         "vms": [vm(0, base=True, requested=-40, usable=-20), vm(1, requested=30.8, usable=44.3)],
-        "vm_actions": [{"t": 30.8, "add": 1, "release": 0, "reason": "overloaded (input-rate)"}],
+        "vm_actions": [
+            {"t": 30.8, "add": 1, "release": 0, "reason": "overloaded (input-rate)"},
+            {"t": 61.0, "workers_released": 3},
+            {"t": 80.2, "add": 0, "release": 1, "released": 1, "reason": "the burst has passed"},
+        ],
         "executors": [{"id": "0", "completed_tasks": 120}, {"id": "1", "completed_tasks": 45}],
     }
     assert drill._vm_reaction(result, trace) == pytest.approx(14.3)
     notes = drill._notes(result)
     assert "VM requested at 30.8 s" in notes and "executor usable at 44.3 s" in notes
+    assert "3 idle workers released at 61.0 s" in notes and "VM released at 80.2 s" in notes
     assert "120 / 45" in notes
     never = {"vms": [vm(0, base=True), vm(1, requested=31.0)]}
     assert drill._vm_reaction(never, trace) is None
