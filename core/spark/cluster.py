@@ -174,6 +174,7 @@ class StandaloneCluster:
         # One long-lived thread starts every process: PR_SET_PDEATHSIG fires when the forking thread ends.
         self._spawner = ThreadPoolExecutor(1, thread_name_prefix="cluster-spawner")
         self._started = False
+        self._log_starts: dict[str, int] = {}  # where each process's own lines start in its log
 
     # ---- addresses ----
 
@@ -322,6 +323,7 @@ class StandaloneCluster:
 
     def _spawn(self, args: list[str], log_name: str, cpus: tuple[int, ...]) -> subprocess.Popen[bytes]:
         log = open(self.config.run_dir / log_name, "ab")  # noqa: SIM115 - closed by stop()
+        self._log_starts[log_name] = log.tell()  # a reused run directory's log holds an earlier run
         cmd = [str(self.spark_home / "bin" / "spark-class"), *args]
         proc = self._spawner.submit(
             subprocess.Popen,
@@ -414,8 +416,11 @@ class StandaloneCluster:
         return int(found[-1]) if found else None
 
     def _log_text(self, log_name: str) -> str:
+        """What the process now writing `log_name` has written to it."""
         try:
-            return (self.config.run_dir / log_name).read_text(errors="replace")
+            with open(self.config.run_dir / log_name, "rb") as f:
+                f.seek(self._log_starts.get(log_name, 0))
+                return f.read().decode(errors="replace")
         except OSError:
             return ""
 
