@@ -213,8 +213,9 @@ class StandaloneCluster:
 
             def answering() -> bool:
                 self._check_running(master, "the master", "master.log")
-                self.master_port = self._bound_port("master.log", "sparkMaster") or self.master_port
-                self.webui_port = self._bound_port("master.log", "MasterUI") or self.webui_port
+                bound = self._bound_ports("master.log")
+                self.master_port = bound.get("sparkMaster", self.master_port)
+                self.webui_port = bound.get("MasterUI", self.webui_port)
                 return self.status() is not None
 
             self._wait(answering, "the master's web UI to answer", "master.log")
@@ -394,7 +395,7 @@ class StandaloneCluster:
 
             def registered() -> bool:
                 self._check_running(proc, f"worker {pending.index}", log_name)
-                pending.port = self._bound_port(log_name, "sparkWorker") or pending.port
+                pending.port = self._bound_ports(log_name).get("sparkWorker", pending.port)
                 for w in self.alive_workers():
                     if w.get("port") == pending.port:
                         pending.worker_id = str(w.get("id"))
@@ -410,10 +411,10 @@ class StandaloneCluster:
         if pending.error is None and on_registered is not None:
             on_registered(pending)
 
-    def _bound_port(self, log_name: str, service: str) -> int | None:
-        """The port Spark says it bound `service` to ("Successfully started service ..."), once logged."""
-        found = re.findall(rf"started service '{service}' on port (\d+)", self._log_text(log_name))
-        return int(found[-1]) if found else None
+    def _bound_ports(self, log_name: str) -> dict[str, int]:
+        """The ports Spark says it bound, by service ("Successfully started service ..."), once logged."""
+        found = re.findall(r"started service '(\w+)' on port (\d+)", self._log_text(log_name))
+        return {service: int(port) for service, port in found}
 
     def _log_text(self, log_name: str) -> str:
         """What the process now writing `log_name` has written to it."""
