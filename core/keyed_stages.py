@@ -27,6 +27,7 @@ from core.plan import (
     Map,
     Operator,
     Source,
+    WindowAggregate,
     WindowJoin,
     WinnerAtClose,
 )
@@ -36,10 +37,13 @@ _KEYED = (WindowJoin, WinnerAtClose, LatestAggregate)
 
 def stepped(op: Operator) -> bool:
     """Whether a worker can run `op`'s step (merge/winner.py, merge/join_step.py,
-    merge/latest_step.py): the keyed operators that leave the VM. A windowed join leaves by its sides'
-    counts instead (core/fusions.py)."""
-    return isinstance(op, WinnerAtClose | LatestAggregate) or (
-        isinstance(op, WindowJoin) and op.window is None
+    merge/latest_step.py, merge/pane_step.py): the keyed operators that leave the VM. A windowed join
+    leaves by its sides' counts instead (core/fusions.py), a window aggregate by its partials unless
+    its state is to move by key."""
+    return (
+        isinstance(op, WinnerAtClose | LatestAggregate)
+        or (isinstance(op, WindowJoin) and op.window is None)
+        or (isinstance(op, WindowAggregate) and op.state_by_key)
     )
 
 

@@ -79,7 +79,7 @@ class OffloadChain:
 
 def mergeable_aggregate(op: WindowAggregate) -> bool:
     """True when workers can pre-aggregate `op` and the VM merge their partials into its state."""
-    if op.window is None:  # regroups an upstream window, or a global aggregate append mode cannot emit
+    if op.window is None or op.state_by_key:  # a regrouping or global aggregate; one whose state moves
         return False
     # Every aggregate has a partial form (merge/algebra.py); a sliding window is assembled from pane
     # partials, which a list of kept records is not.

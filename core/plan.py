@@ -138,6 +138,9 @@ class WindowAggregate(Operator):
     keys: tuple[str, ...]
     window: WindowSpec | None
     aggs: tuple[AggCall, ...]
+    # Its state moves to workers by key group instead of merging their partials: how the paper's
+    # baselines without merge operators run it (core/ablations.py).
+    state_by_key: bool = False
 
     @property
     def stateful(self) -> bool:

@@ -28,6 +28,8 @@ from merge.join_step import JoinStep
 from merge.keyed_groups import GROUP, Frames, groups_of, read_answer, read_request, seal_answer, seal_request
 from merge.keyed_step import SIDE, KeyedStep, key_column, keys_of, next_due_by_group, select
 from merge.latest_step import LatestStep
+from merge.pane_step import PaneStep
+from merge.partials import partial_form
 from merge.winner import WinnerSpec
 
 WARM_KEYS = 64  # keys of the made-up batch that warms a keyed program
@@ -81,7 +83,7 @@ class KeyedProgram:
         op = plan.node(node_id).op
         stage = next((s for s in keyed_stages(plan) if s.op_id == node_id), None)
         if not stepped(op) or (stage is None and node_id not in plan_routed(plan)):
-            hint = "winner_at_close, unwindowed joins and latest_aggregate have one"
+            hint = "winner_at_close, unwindowed joins, latest_aggregate and by-key aggregates have one"
             raise PlanError(f"{op.kind} {node_id!r} has no keyed step", hint=hint)
         schemas = [plan.schemas.get(e.src) for e in sorted(plan.in_edges(node_id), key=lambda e: e.port)]
         if any(schema is None for schema in schemas):
@@ -94,6 +96,9 @@ class KeyedProgram:
             spec, keys = JoinStep.of(op, list(left), list(right)), (op.left_keys, op.right_keys)
         elif isinstance(op, LatestAggregate):
             spec, keys = LatestStep.of(op, stamps), (op.keys, ())
+        elif isinstance(op, WindowAggregate):  # fed its rows in partial form, not the records
+            spec, keys = PaneStep.of(op), (op.keys, ())
+            left = partial_form(op, left)
         else:
             assert isinstance(op, WinnerAtClose)
             then = plan.node(fused[-1]).op if fused else None

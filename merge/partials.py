@@ -22,7 +22,7 @@ window_end columns, and the key "window" stands for them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import polars as pl
 import pyarrow as pa
@@ -132,6 +132,17 @@ def partial_schema(op: WindowAggregate, input_schema: pa.Schema) -> pa.Schema:
     for call in op.aggs:
         fields += _partial_fields(call, input_schema)
     return pa.schema(fields)
+
+
+def partial_form(op: WindowAggregate, columns: Mapping[str, DType]) -> dict[str, DType]:
+    """The columns of `op`'s rows in partial form as the VM lays them out before its merge
+    (merge/spark/partial_form.py): the event-time column, the keys, the partial columns; `columns`
+    are the records' columns."""
+    if op.window is None:
+        raise PlanError("only an aggregate with a window of its own has rows in partial form")
+    fields = partial_schema(op, pa.schema([(c, ARROW_TYPES[t]) for c, t in columns.items()]))
+    rest = {f.name: to_dtype(f.type) for f in fields if f.name not in (WINDOW_START, WINDOW_END)}
+    return {op.window.on: DType.TIMESTAMP, **rest}
 
 
 def final_schema(op: WindowAggregate, partial: pa.Schema) -> pa.Schema:

@@ -53,8 +53,9 @@ def drill(
     compare: Annotated[
         str | None,
         typer.Option(
-            help="Policies run one after another on one trace: sponge, noscaling, vmbase, vminit, over "
-            f"(sfbase: `sponge simulate`). Default: {DEFAULT_COMPARE}."
+            help="Policies run one after another on one trace: sponge, noscaling, vmbase, vminit, over, "
+            "sfbase (the paper's serverless baseline without Sponge's operators: Q5 live, every query in "
+            f"`sponge simulate`). Default: {DEFAULT_COMPARE}."
         ),
     ] = None,
     policy: Annotated[str | None, typer.Option(help="Run one policy (instead of --compare).")] = None,

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from core import errors, latency
+from core.ablations import ABLATIONS, SFBASE, moved_by_key
 from core.drill.calibrate import (
     PROBE_SCHEDULE,
     PROBE_SHARE,
@@ -53,12 +54,9 @@ from core.offload_plan import DEFAULT_OFFLOAD_COST
 from core.spark.session import MemoryConfig
 from router.agent.warm_pool import DEFAULT_KEEP_WARM_S
 
-POLICIES = ("sponge", "noscaling", "vmbase", "vminit", "over")
+POLICIES = ("sponge", "noscaling", "vmbase", "vminit", "over", SFBASE)
 VM_SCALING = ("vmbase", "vminit")  # add a VM when the policy detects the burst
-NOT_LIVE = {  # policies the simulator models but a live drill cannot run, and why
-    "sfbase": "SFBase migrates whole stateful tasks with their state to Lambda, which needs key-level "
-    "state migration (DESIGN.md 4); that is not built",
-}
+OFFLOADING = ("sponge", SFBASE)  # the policy loop's plan moves work to Lambda workers
 DEFAULT_RHO = {"q1": 7.7, "q5": 19.6}  # bench.offload on this machine (worker / VM bids per core)
 LAMBDA_MEMORY_MB = 1769
 CALIBRATION_MEMORY = (
@@ -128,13 +126,19 @@ class DrillConfig:
                 "a few hundred records a second)",
             )
         for p in self.policies:
-            if p in NOT_LIVE:
-                raise ConfigError(
-                    f"policy {p!r} cannot run live: {NOT_LIVE[p]}",
-                    hint=f"`sponge simulate --compare {p}` models it; live policies: {', '.join(POLICIES)}",
-                )
             if p not in POLICIES:
                 raise ConfigError(f"unknown policy {p!r}", hint=f"use {', '.join(POLICIES)}")
+        if SFBASE in self.policies:
+            from core.job import load
+            from core.nexmark.params import QueryParams
+
+            plan = load(self.query, QueryParams(self.window_size_s, self.window_slide_s)).plan()
+            if not moved_by_key(plan):
+                raise ConfigError(
+                    f"sfbase cannot run {self.query} live: without merge operators none of its operators' "
+                    "state can move to workers by key group (a window aggregate's panes can: Q5's count)",
+                    hint=f"`sponge simulate --compare sfbase --query {self.query}` models it",
+                )
         if self.target not in ("embedded", "localstack", "aws"):
             raise ConfigError(f"unknown target {self.target!r}", hint="use embedded, localstack or aws")
         if self.target != "embedded":
@@ -181,7 +185,7 @@ def run_drill(config: DrillConfig, status: Callable[[str], None] = print) -> dic
         )
         # Sponge runs the routed plan only when offloading pays; otherwise its policy watches the plain
         # plan and logs each burst as no-gain (docs/adr/0011).
-        routed = policy == "sponge" and calibration.offload_pays
+        routed = policy in OFFLOADING and calibration.offload_pays
         spec = replace(
             _spec(config, policy, trace, per_core, routed),
             offload_cost=calibration.offload_cost,
@@ -284,10 +288,12 @@ def _spec(config: DrillConfig, policy: str, trace: Trace, per_core: float, route
         advertise=config.advertise,
         transport=config.transport,
         tls_dir=config.tls_dir,
-        controlled=policy == "sponge" or vms,  # vmbase/vminit: the policy's trigger, no plan published
+        controlled=policy in OFFLOADING or vms,  # vmbase/vminit: the policy's trigger, no plan published
+        ablation=policy if policy in ABLATIONS else None,
         max_workers=config.max_workers,
-        prewarm=config.max_workers if routed and policy == "sponge" else 0,
-        keep_warm_s=config.keep_warm_s if routed and policy == "sponge" else None,
+        # The paper keeps SFBase's workers warm as Sponge's (6.1).
+        prewarm=config.max_workers if routed and policy in OFFLOADING else 0,
+        keep_warm_s=config.keep_warm_s if routed and policy in OFFLOADING else None,
         per_core_rate=per_core,
         rho=config.rho or DEFAULT_RHO.get(config.query, 5.0),
         deadline_s=float(config.window_slide_s),
@@ -432,7 +438,7 @@ def _summarise(
         return out
 
     workers = by_second(lambda s: s["gauges"].get("workers_connected", 0))
-    offloads = policy == "sponge"  # the others read the policy's decisions but publish no plan
+    offloads = policy in OFFLOADING  # the others read the policy's decisions but publish no plan
     share = by_second(lambda s: s["decision"]["share"] if s["decision"] and offloads else 0.0)
     worker_s = float(sum(w or 0 for w in workers))
     base_cores = len(config.vm_cpus) + (len(config.worker_cpus) if policy == "over" else 0)
@@ -603,9 +609,15 @@ def _vm_reaction(result: dict[str, Any], trace: Trace) -> float | None:
 
 
 def _notes(result: dict[str, Any]) -> str:
-    if "vms" in result:
-        return _vm_notes(result)
-    s = result["summary"]
+    notes = _vm_notes(result) if "vms" in result else _offload_notes(result["summary"])
+    moved = result.get("migrations") or []
+    if moved:  # a baseline without transient operators (core/ablations.py)
+        migrations = f"{len(moved)} task migrations (query restarts), the first at {moved[0]:.1f} s"
+        notes = f"{notes}; {migrations}" if notes else migrations
+    return notes
+
+
+def _offload_notes(s: dict[str, Any]) -> str:
     if not s.get("records_offloaded"):
         return ""
     return (

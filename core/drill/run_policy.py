@@ -18,6 +18,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -70,7 +71,8 @@ class PolicyRun:
     vm_cpus: list[int]
     shuffle_partitions: int = 2  # one per core the run's VMs can ever hold (drill._spec)
     worker_cpus: list[int] = field(default_factory=list)
-    offload: bool = False  # route through the agent (sponge)
+    offload: bool = False  # route through the agent (sponge), or seal key groups there (sfbase)
+    ablation: str | None = None  # run as this baseline of the paper (core/ablations.py)
     target: str = "embedded"  # where the Lambda workers run (localstack/aws: the deployed stack)
     bind: str | None = None  # the agent's address, the one its workers dial, and its transport
     advertise: str | None = None
@@ -148,6 +150,8 @@ class DrillHooks(RunHooks):
         self._vm_scale = 1.0
         self.producer: subprocess.Popen[bytes] | None = None  # a run over Kinesis: what fills the stream
         self.producer_exit: int | None = None
+        self.migrations: list[float] = []  # a baseline's task migrations: when each plan change came
+        self._migrate = threading.Event()
 
     def on_progress(self, p: dict) -> None:
         from core.spark.live_policy import generated_epoch, stream_epoch
@@ -278,8 +282,20 @@ class DrillHooks(RunHooks):
     def _apply(self, decision: Any) -> None:
         if self.session is None:  # VMBase/VMInit read the policy's trigger but publish no plan
             return
+        before = self.published[-1]["share"] if self.published else self.run.share
         plan = self.session.publish(decision.share, decision.workers)
-        self.published.append({"t": time.time() - self.origin, "share": plan.share, "workers": plan.workers})
+        t = time.time() - self.origin
+        self.published.append({"t": t, "share": plan.share, "workers": plan.workers})
+        if self.run.ablation is not None and plan.share != before:
+            self.migrations.append(t)
+            self._migrate.set()
+
+    def restart_due(self) -> bool:
+        """Without transient operators a new plan moves tasks: the query restarts once per change, or
+        once for changes that came while it restarted."""
+        due = self._migrate.is_set()
+        self._migrate.clear()
+        return due
 
     def stopped(self) -> None:
         if self.loop is not None:
@@ -448,6 +464,7 @@ def _run(spec: PolicyRun, pool: Any) -> dict[str, Any]:
         spark=_spark_config(spec, pool.master_url if pool is not None else None),
         offload=offload,
         kinesis=stream,
+        ablation=spec.ablation,
     )
     capacity_file(spec).unlink(missing_ok=True)  # an earlier drill's scale must not carry over
     # Warm the JVM, its code generation and the Python workers first: the VMs of a job in its stable
@@ -491,6 +508,7 @@ def _run(spec: PolicyRun, pool: Any) -> dict[str, Any]:
         "phases": hooks.phases,  # where each epoch's time went (Spark's durationMs), in the same order
         "samples": hooks.per_second(),
         "published": hooks.published,
+        "migrations": hooks.migrations,
         "steady_s": hooks.steady.steady_s,
         "steady_criterion": hooks.steady.criterion.describe(),
         "armed_s": hooks.armed.armed_s if hooks.armed is not None else None,

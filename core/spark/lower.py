@@ -59,6 +59,7 @@ from merge.sliding_top_k import fused_top_ks
 from merge.spark import column_fold, partial_form, window_fold, window_join_count
 from merge.spark.keyed_join import keyed_join
 from merge.spark.latest_aggregate import latest_aggregate
+from merge.spark.pane_stage import panes_by_key
 from merge.spark.sliding_top_k import fold_per_task, sliding_top_k
 from merge.spark.winner_at_close import winner_at_close
 
@@ -116,6 +117,15 @@ def merge_aggregate(
         mine = fold_per_task(mine, op)
     both = mine.unionByName(partial_form.worker_partials(workers, op, mine))
     return both if partials_only else _aggregate(both, op, partial=True)
+
+
+def _by_key(df: DataFrame, op: WindowAggregate, fused: bool, service: Any) -> DataFrame:
+    """`op` with its state moving by key group (core/ablations.py): the VM's records folded per task
+    into panes, the panes per key kept by a keyed operator whose key groups may run on workers
+    (`service`), then the windows over the closed panes, or the closed panes themselves for a fused
+    top-k."""
+    panes = panes_by_key(fold_per_task(_local_partials(df, op), op), op, service)
+    return panes if fused else _aggregate(panes, op, partial=True)
 
 
 def _local_partials(df: DataFrame, op: WindowAggregate) -> DataFrame:
@@ -382,6 +392,9 @@ def lower_rewritten(
             elif partials:
                 assert isinstance(op, WindowAggregate) and len(ending) == 1
                 df = merge_aggregate(ins[0], partials[0], op, partials_only=node_id in fusion.aggregates)
+            elif isinstance(op, WindowAggregate) and op.state_by_key:
+                service = seal_service(node_id) if seal_service is not None else None
+                df = _by_key(ins[0], op, node_id in fusion.aggregates, service)
             elif chains and node_id in routed:
                 assert isinstance(op, LatestAggregate) and seal_service is not None
                 df = latest_aggregate(ins[0], op, _args(op), seal_service(node_id))

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.ablations import ABLATIONS, SFBASE, without_merge_operators
 from core.errors import ConfigError, SpongeError
 from core.fault_spec import Triggers
 from core.job import Job, canonical_ref, is_file_ref, load
@@ -63,6 +64,7 @@ class RunConfig:
     offload: OffloadConfig | None = None  # route records to Lambda workers (None: no routers at all)
     existing: Existing = Existing.REFUSE  # what to do with a sponge run already in `output`
     kinesis: KinesisEndpoint | None = None  # read the records of this stream (core/spark/kinesis_source.py)
+    ablation: str | None = None  # run as this baseline of the paper instead (core/ablations.py)
 
     def __post_init__(self) -> None:
         # Executors of a cluster run in their worker's directory, not the driver's: every path that
@@ -100,6 +102,10 @@ class RunConfig:
                 f"{self.query} reads its sources from files, and no --input was given",
                 hint="pass --input DIR, with DIR/<source>/*.jsonl for each of the job's sources",
             )
+        if self.ablation is not None and self.ablation not in ABLATIONS:
+            raise ConfigError(f"unknown baseline {self.ablation!r}", hint=f"one of {', '.join(ABLATIONS)}")
+        if self.ablation is not None and self.plain:
+            raise ConfigError("a baseline runs the rewritten plan", hint="drop plain")
         if self.spark.memory.state_store != "rocksdb":
             refuse_state_store(self.job(), self.spark.memory.state_store)
 
@@ -122,6 +128,7 @@ class RunConfig:
             "input": str(self.input.resolve()) if self.input is not None else None,
             "plain": self.plain,
             "offloaded": self.offload is not None,
+            **({"ablation": self.ablation} if self.ablation is not None else {}),
         }
 
 
@@ -148,6 +155,11 @@ class RunHooks:
 
     def stopped(self) -> None:
         """The query has ended (or failed); stop touching the session."""
+
+    def restart_due(self) -> bool:
+        """Whether the query should stop and restart from its checkpoint now: a baseline without
+        transient operators moves work by migrating tasks (core/ablations.py). Asked between epochs."""
+        return False
 
     def summary(self) -> dict[str, Any]:
         """What the caller adds to the run's summary under "policy" ({} for nothing)."""
@@ -188,6 +200,8 @@ def _run_query(
 
     job = config.job()
     logical = job.plan()
+    if config.ablation is not None:
+        logical = without_merge_operators(logical)
     rewritten = rewrite(logical)
     own = job.sources if is_file_ref(config.query) else {}
     if config.input is not None and not config.follow:  # a followed source's directory may come later
@@ -207,8 +221,9 @@ def _run_query(
         sources = nexmark_sources(spark, config, pace_origin=started, schemas=own)
         sinks = lower_plain(logical, sources) if config.plain else lower_rewritten(rewritten, sources)
     else:
-        chains = tuple(offload_chains(logical))
-        own_plan = logical if is_file_ref(config.query) else None  # a user's job sends its plan as data
+        chains = () if config.ablation == SFBASE else tuple(offload_chains(logical))
+        # A user's job sends its plan as data, and so does a baseline's plan of a built-in query.
+        own_plan = logical if is_file_ref(config.query) or config.ablation is not None else None
         session = OffloadSession(config.offload, out, config.query, config.params, own_plan, own)
         session.start()
         # The clock starts once the agent and its warm pool are up: a burst meets a job that is running,
@@ -219,9 +234,8 @@ def _run_query(
         progress = session.watching_epochs(progress)
         sources = nexmark_sources(spark, config, started, session.local_routes(chains), schemas=own)
         offloaded = session.offloaded(spark, config, started)
-        sinks = lower_rewritten(
-            rewritten, sources, chains, offloaded, session.seal_service, session.rank_service
-        )
+        ranks = session.rank_service if config.ablation is None else None  # workers ranking: a TO
+        sinks = lower_rewritten(rewritten, sources, chains, offloaded, session.seal_service, ranks)
         n_sources += len(chains)  # each chain's source is read twice: the VM share and the workers' share
     (sink_df,) = sinks.values()
     if hooks is not None:
@@ -238,6 +252,7 @@ def _run_query(
             progress=progress,
             restarts=restarts,
             on_restart=session.query_restarted if session is not None else None,
+            migrate=hooks.restart_due if hooks is not None else None,
             kills=kills,
             memory=config.spark.memory,
             watch=watch,
@@ -344,6 +359,7 @@ def stream_to_end(
     progress: Callable[[dict], None] | None = None,
     restarts: Triggers | None = None,
     on_restart: Callable[[], None] | None = None,
+    migrate: Callable[[], bool] | None = None,
     kills: Triggers | None = None,
     memory: MemoryConfig,
     watch: JvmWatch | None = None,
@@ -358,8 +374,8 @@ def stream_to_end(
     (files followed as they arrive) ends only so.
 
     When one of `restarts` is due, the query is stopped and resumed from its checkpoint, as after a
-    driver restart; when one of `kills` is due, this process SIGKILLs itself, as a crashed driver
-    (`sponge run --resume` continues from the checkpoint). Shared
+    driver restart, and so it is whenever `migrate` says so; when one of `kills` is due, this process
+    SIGKILLs itself, as a crashed driver (`sponge run --resume` continues from the checkpoint). Shared
     by run_query and the benchmark's hand-written queries, so both end the same way. `memory` gives the state
     store a new checkpoint is made with (a resumed one keeps its own provider) and its settings, set on
     the session here since its JVM may be shared by runs of other stores. `watch` (default: one on
@@ -441,6 +457,9 @@ def stream_to_end(
                 query = start()
                 if on_restart:
                     on_restart()
+            elif migrate is not None and migrate():
+                query.stop()
+                query = start()
             elif finished():
                 break
             if time.time() - started > timeout_s:

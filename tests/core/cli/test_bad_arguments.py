@@ -210,7 +210,7 @@ CASES: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
     (("drill", "--lead", "100", "--duration", "90"), ("does not fit",)),
     (("drill", "--compare", "sponge,bogus"), ("unknown policy 'bogus'",)),
     (("drill", "--compare", ""), ("no policy to run", "--compare")),
-    (("drill", "--policy", "sfbase"), ("cannot run live", "sponge simulate")),
+    (("drill", "--query", "q7", "--policy", "sfbase"), ("cannot run q7 live", "sponge simulate")),
     (("drill", "--target", "gcp"), ("unknown target 'gcp'",)),
     (("drill", "--target", "localstack"), ("no deployed stack for localstack", "sponge deploy")),
     (("drill", "--rate", "-1"), ("--rate", "sponge drill --help")),

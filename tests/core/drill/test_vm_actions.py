@@ -220,11 +220,17 @@ def test_vm_reaction_and_notes_come_from_the_vm_timeline() -> None:
     assert "never became usable" in drill._notes(never)
 
 
-def test_sfbase_is_refused_with_why_and_where_it_is_modelled() -> None:
+def test_sfbase_runs_where_state_moves_by_key_and_is_refused_with_why_elsewhere() -> None:
     with pytest.raises(ConfigError) as refused:
-        drill.DrillConfig(policies=("vmbase", "sfbase"))
-    assert "key-level state migration" in refused.value.message
-    assert "sponge simulate --compare sfbase" in refused.value.hint
+        drill.DrillConfig(query="q7", policies=("vmbase", "sfbase"))
+    assert "cannot run q7 live" in refused.value.message and "merge operators" in refused.value.message
+    assert "sponge simulate --compare sfbase --query q7" in refused.value.hint
+    config = drill.DrillConfig(query="q5", policies=("sponge", "sfbase"))
+    trace = BurstPattern.parse(config.pattern).trace(10_000.0, config.duration_s, config.lead_s)
+    sfbase = drill._spec(config, "sfbase", trace, 1.0, routed=True)
+    assert sfbase.ablation == "sfbase" and sfbase.offload and sfbase.controlled and not sfbase.persistent
+    assert sfbase.prewarm == config.max_workers  # warm as Sponge's workers (paper 6.1)
+    assert drill._spec(config, "sponge", trace, 1.0, routed=True).ablation is None
     with pytest.raises(ConfigError, match="launch delay"):
         drill.DrillConfig(policies=("vmbase",), vm_launch_delay_s=-1.0)
     config = drill.DrillConfig(policies=("noscaling", "vmbase", "vminit"), vm_launch_delay_s=3.0)
