@@ -25,6 +25,7 @@ class ProgressFeed(StreamingQueryListener):
         self._ids: set[str] = set()
         self._ready: list[dict[str, Any]] = []
         self._failure: str | None = None
+        self._stopped: set[str] = set()  # runs stopped on purpose: how they end is no failure
         self._changed = threading.Condition()
 
     def onQueryStarted(self, event: Any) -> None:
@@ -47,9 +48,17 @@ class ProgressFeed(StreamingQueryListener):
 
     def onQueryTerminated(self, event: Any) -> None:
         with self._changed:
-            if str(event.id) in self._ids and event.exception:
+            if str(event.id) in self._ids and event.exception and str(event.runId) not in self._stopped:
                 self._failure = event.exception
                 self._changed.notify_all()
+
+    def stopping(self, run_id: str) -> None:
+        """The run `run_id` is about to be stopped on purpose (to restart it). A stop interrupts the
+        epoch in flight, and some of Spark's steps report the interrupt as their own error (a
+        transformWithState's Python runner starting up); the epoch never committed, so the restarted
+        run replays it from the checkpoint, and that error is not the query's."""
+        with self._changed:
+            self._stopped.add(run_id)
 
     def take(self, timeout_s: float) -> list[dict[str, Any]]:
         """The progress posted since the last call, waiting up to `timeout_s` for some."""

@@ -158,7 +158,7 @@ class RunHooks:
 
     def restart_due(self) -> bool:
         """Whether the query should stop and restart from its checkpoint now: a baseline without
-        transient operators moves work by migrating tasks (core/ablations.py). Asked between epochs."""
+        transient operators moves work by migrating tasks (core/ablations.py). Asked while it runs."""
         return False
 
     def summary(self) -> dict[str, Any]:
@@ -441,6 +441,11 @@ def stream_to_end(
             and all(at_end(s) for s in latest["sources"])
         )
 
+    def restarted(query: Any) -> Any:
+        feed.stopping(str(query.runId))
+        query.stop()
+        return start()
+
     feed = ProgressFeed(name)
     streams = df.sparkSession.streams
     streams.addListener(feed)
@@ -453,13 +458,11 @@ def stream_to_end(
             if due(kills):  # no clean-up of any kind: the checkpoint is all a resumed run gets
                 os.kill(os.getpid(), signal.SIGKILL)
             if due(restarts):  # before the end check: an epoch trigger may fire on the last epoch
-                query.stop()
-                query = start()
+                query = restarted(query)
                 if on_restart:
                     on_restart()
             elif migrate is not None and migrate():
-                query.stop()
-                query = start()
+                query = restarted(query)
             elif finished():
                 break
             if time.time() - started > timeout_s:

@@ -63,3 +63,19 @@ def test_each_of_more_batches_than_spark_keeps_progress_of_is_seen_once(spark, t
     assert summary["epochs"] == len(seen)
     # Offsets as `lastProgress` gives them: JSON text, "null" where a source had none yet.
     assert all(isinstance(json.loads(o or "null"), dict | None) for o in offsets) and "null" in offsets
+
+
+def test_a_run_stopped_on_purpose_ends_without_failing_the_query() -> None:
+    """Spark's own termination events, as the listener gets them: the run restarted on purpose ends
+    with the interrupt's error, which is not the query's; a later run's error is."""
+    from types import SimpleNamespace
+
+    from core.spark.progress_feed import ProgressFeed
+
+    feed = ProgressFeed("q")
+    feed.onQueryStarted(SimpleNamespace(name="q", id="id-1"))
+    feed.stopping("run-1")
+    feed.onQueryTerminated(SimpleNamespace(id="id-1", runId="run-1", exception="ClosedByInterruptException"))
+    assert feed.failure is None
+    feed.onQueryTerminated(SimpleNamespace(id="id-1", runId="run-2", exception="OutOfMemoryError"))
+    assert feed.failure == "OutOfMemoryError"
