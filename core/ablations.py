@@ -17,14 +17,32 @@ SFBase lacks all three (ADR 0052).
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from core.aggregate_signatures import signature
 from core.fusions import closed_aggregates, join_counts
 from core.plan import LogicalPlan, Node, WindowAggregate
 
 SFBASE = "sfbase"
-ABLATIONS = (SFBASE,)
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """Which of Sponge's inserted operators a baseline keeps (none keeps the merge operators)."""
+
+    name: str
+    routers: bool
+    transients: bool
+
+    @property
+    def lacks(self) -> str:
+        """The operators it runs without, for a reader."""
+        names = [n for n, kept in (("router", self.routers), ("transient", self.transients)) if not kept]
+        return " and ".join([", ".join(names), "merge"] if names else ["merge"]) + " operators"
+
+
+BASELINES = {b.name: b for b in (Baseline(SFBASE, routers=False, transients=False),)}
+ABLATIONS = tuple(BASELINES)
 
 
 def moves_by_key(op: WindowAggregate) -> bool:

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from core import errors, latency
-from core.ablations import ABLATIONS, SFBASE, moved_by_key
+from core.ablations import ABLATIONS, BASELINES, SFBASE, moved_by_key
 from core.drill.calibrate import (
     PROBE_SCHEDULE,
     PROBE_SHARE,
@@ -341,6 +341,7 @@ def deployment(spec: PolicyRun) -> dict[str, Any]:
         "batch_events": spec.batch_events,
         "lambda_workers": spec.max_workers if spec.offload else 0,
         "adds": adds,
+        "lacks": BASELINES[spec.ablation].lacks if spec.ablation is not None else None,
     }
 
 
@@ -512,10 +513,11 @@ def _reaction(result: dict[str, Any], trace: Trace, directory: Path) -> float | 
     if not trace.bursts or not directory.exists():
         return None
     onset = result["origin"] + trace.bursts[0][0]
-    if result.get("stream"):
+    if result.get("stream") or not RoutingLog(directory).exists():
         # A stream's routing logs are per shard, in units of its records, and its epochs count records
         # of all shards together: an epoch that starts once an offloading plan is current plans its
-        # ranges (those the other read has not planned yet) with it.
+        # ranges (those the other read has not planned yet) with it. So does a run with no router
+        # (sfbase), whose plan gives the workers key groups of an operator.
         published = [p["t"] for p in result["published"] if p["share"] > 0]
         first = result["origin"] + published[0] if published else None
         for e in sorted(result["epochs"], key=lambda e: e["started_t"]):

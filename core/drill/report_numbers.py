@@ -107,7 +107,9 @@ class PreBurst:
     `spread` is highest over lowest pre-burst p99 among the runs with the fewest VM cores (all runs
     when the report gives no deployment): those are meant to start alike. A run with more VM cores
     (over) is expected to start lower; it is unfair only when it starts more than UNFAIR_SPREAD above
-    the slowest of them, since only a slow start could flatter sponge's ratio to it.
+    the slowest of them, since only a slow start could flatter sponge's ratio to it. A baseline that
+    lacks Sponge's operators (sfbase, core/ablations.py) runs another plan by design, so its start is
+    reported beside the spread (`apart`), not in it.
     """
 
     base_cores: int | None  # the fewest VM cores a run held; None when the report does not say
@@ -116,6 +118,7 @@ class PreBurst:
     high_ms: float
     extra: tuple[tuple[int, int, float], ...]  # (index of the run, its VM cores, its pre-burst p99)
     slow_extra: tuple[int, ...]  # indices of extra-core runs that started too slow
+    apart: tuple[tuple[int, str, float], ...] = ()  # (index, what its plan lacks, its pre-burst p99)
 
     @property
     def fair(self) -> bool:
@@ -124,11 +127,13 @@ class PreBurst:
 
 def pre_burst(report: Mapping[str, Any]) -> PreBurst | None:
     """The pre-burst comparison, or None when fewer than two runs have a pre-burst p99."""
-    known = [
-        (i, vm_cores(r), v)
+    started = [
+        (i, r, v)
         for i, r in enumerate(runs_of(report))
         if (v := finite(r.get("pre_burst_p99_ms"))) is not None and v > 0
     ]
+    apart = tuple((i, lacks, v) for i, r, v in started if (lacks := _lacks(r)))
+    known = [(i, vm_cores(r), v) for i, r, v in started if not _lacks(r)]
     if len(known) < 2:
         return None
     given = [c for _, c, _ in known if c is not None]
@@ -143,7 +148,15 @@ def pre_burst(report: Mapping[str, Any]) -> PreBurst | None:
         high_ms=high,
         extra=extra,
         slow_extra=tuple(i for i, _, v in extra if v > UNFAIR_SPREAD * high),
+        apart=apart,
     )
+
+
+def _lacks(run: Mapping[str, Any]) -> str | None:
+    """The operators a baseline's run lacks (its deployment says), None for any other run."""
+    deployment = run.get("deployment")
+    lacks = deployment.get("lacks") if isinstance(deployment, Mapping) else None
+    return lacks if isinstance(lacks, str) and lacks else None
 
 
 def cost_vs_over(report: Mapping[str, Any], run: Mapping[str, Any]) -> float | None:
@@ -393,6 +406,8 @@ def _pre_burst_clause(start: PreBurst, labels: Sequence[str]) -> str:
             if i in start.slow_extra
             else "(its extra cores' doing: a lower start only makes a ratio to it stricter)"
         )
+    for i, lacks, value in start.apart:
+        text += f"; {labels[i]}'s was {fmt_ms(value)} ms (without {lacks}: another plan by design)"
     return text
 
 

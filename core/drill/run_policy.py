@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from core.ablations import BASELINES
 from core.drill.calibrate import fixed_from_small_epochs
 from core.drill.steady import ArmedPolicy, SteadyWatch
 from core.errors import ConfigError, SpongeError
@@ -286,7 +287,8 @@ class DrillHooks(RunHooks):
         plan = self.session.publish(decision.share, decision.workers)
         t = time.time() - self.origin
         self.published.append({"t": t, "share": plan.share, "workers": plan.workers})
-        if self.run.ablation is not None and plan.share != before:
+        migrates = self.run.ablation is not None and not BASELINES[self.run.ablation].transients
+        if migrates and plan.share != before:
             self.migrations.append(t)
             self._migrate.set()
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.ablations import ABLATIONS, SFBASE, without_merge_operators
+from core.ablations import ABLATIONS, BASELINES, without_merge_operators
 from core.errors import ConfigError, SpongeError
 from core.fault_spec import Triggers
 from core.job import Job, canonical_ref, is_file_ref, load
@@ -221,7 +221,8 @@ def _run_query(
         sources = nexmark_sources(spark, config, pace_origin=started, schemas=own)
         sinks = lower_plain(logical, sources) if config.plain else lower_rewritten(rewritten, sources)
     else:
-        chains = () if config.ablation == SFBASE else tuple(offload_chains(logical))
+        routers = config.ablation is None or BASELINES[config.ablation].routers
+        chains = tuple(offload_chains(logical)) if routers else ()
         # A user's job sends its plan as data, and so does a baseline's plan of a built-in query.
         own_plan = logical if is_file_ref(config.query) or config.ablation is not None else None
         session = OffloadSession(config.offload, out, config.query, config.params, own_plan, own)

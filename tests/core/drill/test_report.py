@@ -313,6 +313,19 @@ def test_the_pre_burst_spread_is_taken_among_policies_with_equal_vm_cores() -> N
     assert numbers.pre_burst(unknown).spread == pytest.approx(1.2)  # no deployment: all runs compared
 
 
+def test_a_baseline_without_sponges_operators_starts_beside_the_spread_not_in_it() -> None:
+    sfbase = _started("sfbase", 2674.0, 1)
+    sfbase["deployment"]["lacks"] = "router, transient and merge operators"
+    report = _report(_started("sponge", 1803.0, 1), _started("noscaling", 1850.0, 1), sfbase)
+    start = numbers.pre_burst(report)
+    assert start is not None and start.fair and start.high_ms == 1850.0
+    assert start.apart == ((2, "router, transient and merge operators", 2674.0),)
+    assert (
+        "between 1,803 and 1,850 ms (within 25% of each other: fair); sfbase's was 2,674 ms (without "
+        "router, transient and merge operators: another plan by design)" in numbers.verdict(report)
+    )
+
+
 def test_missing_summary_figures_are_computed_from_the_series() -> None:
     run = _run("sponge", 850.0)
     del run["peak_p99_ms"], run["mean_p99_ms_during_burst"]
