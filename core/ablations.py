@@ -12,7 +12,8 @@ inserted operators they lack, so each is the query's own plan run with those mec
   VM reads and prepares every record (the map before the shuffle stays on the VMs), and only the
   stateful operator's work moves.
 
-SFBase lacks all three (ADR 0052).
+SFBase lacks all three; SpongeRO keeps the routers; SpongeTO the routers and the transient operators
+(ADR 0052).
 """
 
 from __future__ import annotations
@@ -41,7 +42,16 @@ class Baseline:
         return " and ".join([", ".join(names), "merge"] if names else ["merge"]) + " operators"
 
 
-BASELINES = {b.name: b for b in (Baseline(SFBASE, routers=False, transients=False),)}
+SPONGE_RO = "sponge-ro"
+SPONGE_TO = "sponge-to"
+BASELINES = {
+    b.name: b
+    for b in (
+        Baseline(SFBASE, routers=False, transients=False),
+        Baseline(SPONGE_RO, routers=True, transients=False),
+        Baseline(SPONGE_TO, routers=True, transients=True),
+    )
+}
 ABLATIONS = tuple(BASELINES)
 
 

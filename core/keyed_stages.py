@@ -1,11 +1,12 @@
 """Which stateful operators can only move to workers whole key groups at a time, and by which keys.
 
 Why: an operator whose state does not merge (Q3's unwindowed join, Q4/Q6's decision at an auction's
-close) gives the right answer on a worker only if that worker sees every record of the keys it holds,
-from every input (ADR 0023). The router decides in the source read, before the operator's shuffle,
-so each input's key must be computable there, from the source's own columns: it is traced back
-through the input's stateless prefix, and a key that a projection computes (rather than renames) is
-not traced, since computing it in the router would cost the VM the work it is trying to shed.
+close, an aggregate run without merge operators: core/ablations.py) gives the right answer on a
+worker only if that worker sees every record of the keys it holds, from every input (ADR 0023). The
+router decides in the source read, before the operator's shuffle, so each input's key must be
+computable there, from the source's own columns: it is traced back through the input's stateless
+prefix, and a key that a projection computes (rather than renames) is not traced, since computing it
+in the router would cost the VM the work it is trying to shed.
 
 Only first-stage operators are found here: every input a source's chain of stateless operators ending
 at the key_by. Operators that already leave the VM another way (a mergeable aggregate's partials,
@@ -98,7 +99,8 @@ def keyed_stages(plan: LogicalPlan) -> list[KeyedStage]:
     counted = join_counts(plan)
     stages = []
     for node in plan.nodes:
-        if not isinstance(node.op, _KEYED) or node.id in counted:
+        keyed = isinstance(node.op, _KEYED) or (isinstance(node.op, WindowAggregate) and node.op.state_by_key)
+        if not keyed or node.id in counted:
             continue
         inputs = []
         for edge in sorted(plan.in_edges(node.id), key=lambda e: e.port):

@@ -133,6 +133,8 @@ class KeyedProgram:
                 continue
             rows = pl.from_arrow(inp.prefix.run_table(records.drop(GROUP, strict=False).to_arrow(), counts))
             assert isinstance(rows, pl.DataFrame)
+            if isinstance(s, PaneStep):  # an aggregate's step reads its rows in partial form
+                rows = s.lifted(rows)
             frames.append(
                 rows.select(
                     pl.lit(port, pl.Int32).alias(SIDE),

@@ -86,6 +86,17 @@ class PaneStep:
         rows = rows.select(pane.alias(_PANE), *self.agg.keys, *self.values)
         return polars_fold.fold(rows, [_PANE, *self.agg.keys], self.agg.aggs, from_records=False)
 
+    def lifted(self, records: pl.DataFrame) -> pl.DataFrame:
+        """The aggregate's records (a worker's, run through the stage's prefix) in the partial form the
+        step reads, folded per pane and key as the VM folds its own per task."""
+        pane = polars_fold.floor_to(pl.col(self.on).dt.epoch("us"), self.slide_us)
+        folded = polars_fold.fold(
+            records.with_columns(pane.alias(_PANE)), [_PANE, *self.agg.keys], self.agg.aggs, from_records=True
+        )
+        return folded.select(
+            pl.col(_PANE).cast(pl.Datetime("us", "UTC")).alias(self.on), *self.agg.keys, *self.values
+        )
+
     def step(self, state: Frames, new: pl.DataFrame, watermark_ms: int) -> Stepped:
         panes = self._panes(new.select(self.read))
         held = state.get(PANES)

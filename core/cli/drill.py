@@ -54,8 +54,9 @@ def drill(
         str | None,
         typer.Option(
             help="Policies run one after another on one trace: sponge, noscaling, vmbase, vminit, over, "
-            "sfbase (the paper's serverless baseline without Sponge's operators: Q5 live, every query in "
-            f"`sponge simulate`). Default: {DEFAULT_COMPARE}."
+            "and the paper's baselines without Sponge's merge operators, live on Q5: sfbase (no "
+            "operator inserted; every query in `sponge simulate`), sponge-ro (routers only), sponge-to "
+            f"(routers and transient operators). Default: {DEFAULT_COMPARE}."
         ),
     ] = None,
     policy: Annotated[str | None, typer.Option(help="Run one policy (instead of --compare).")] = None,

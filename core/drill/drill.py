@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from core import errors, latency
-from core.ablations import ABLATIONS, BASELINES, SFBASE, moved_by_key
+from core.ablations import ABLATIONS, BASELINES, moved_by_key
 from core.drill.calibrate import (
     PROBE_SCHEDULE,
     PROBE_SHARE,
@@ -54,9 +54,9 @@ from core.offload_plan import DEFAULT_OFFLOAD_COST
 from core.spark.session import MemoryConfig
 from router.agent.warm_pool import DEFAULT_KEEP_WARM_S
 
-POLICIES = ("sponge", "noscaling", "vmbase", "vminit", "over", SFBASE)
+POLICIES = ("sponge", "noscaling", "vmbase", "vminit", "over", *ABLATIONS)
 VM_SCALING = ("vmbase", "vminit")  # add a VM when the policy detects the burst
-OFFLOADING = ("sponge", SFBASE)  # the policy loop's plan moves work to Lambda workers
+OFFLOADING = ("sponge", *ABLATIONS)  # the policy loop's plan moves work to Lambda workers
 DEFAULT_RHO = {"q1": 7.7, "q5": 19.6}  # bench.offload on this machine (worker / VM bids per core)
 LAMBDA_MEMORY_MB = 1769
 CALIBRATION_MEMORY = (
@@ -128,16 +128,18 @@ class DrillConfig:
         for p in self.policies:
             if p not in POLICIES:
                 raise ConfigError(f"unknown policy {p!r}", hint=f"use {', '.join(POLICIES)}")
-        if SFBASE in self.policies:
+        baselines = [p for p in self.policies if p in ABLATIONS]
+        if baselines:
             from core.job import load
             from core.nexmark.params import QueryParams
 
             plan = load(self.query, QueryParams(self.window_size_s, self.window_slide_s)).plan()
             if not moved_by_key(plan):
                 raise ConfigError(
-                    f"sfbase cannot run {self.query} live: without merge operators none of its operators' "
-                    "state can move to workers by key group (a window aggregate's panes can: Q5's count)",
-                    hint=f"`sponge simulate --compare sfbase --query {self.query}` models it",
+                    f"{baselines[0]} cannot run {self.query} live: without merge operators none of its "
+                    "operators' state can move to workers by key group (a window aggregate's panes can: "
+                    "Q5's count)",
+                    hint=f"`sponge simulate --compare sfbase --query {self.query}` models SFBase",
                 )
         if self.target not in ("embedded", "localstack", "aws"):
             raise ConfigError(f"unknown target {self.target!r}", hint="use embedded, localstack or aws")

@@ -119,12 +119,18 @@ def merge_aggregate(
     return both if partials_only else _aggregate(both, op, partial=True)
 
 
-def _by_key(df: DataFrame, op: WindowAggregate, fused: bool, service: Any) -> DataFrame:
+def _by_key(
+    df: DataFrame,
+    op: WindowAggregate,
+    fused: bool,
+    service: Any,
+    receipts: dict[str, DataFrame] | None = None,
+) -> DataFrame:
     """`op` with its state moving by key group (core/ablations.py): the VM's records folded per task
     into panes, the panes per key kept by a keyed operator whose key groups may run on workers
-    (`service`), then the windows over the closed panes, or the closed panes themselves for a fused
-    top-k."""
-    panes = panes_by_key(fold_per_task(_local_partials(df, op), op), op, service)
+    (`service`: those the plan gives them, or with `receipts` those the router sent them), then the
+    windows over the closed panes, or the closed panes themselves for a fused top-k."""
+    panes = panes_by_key(fold_per_task(_local_partials(df, op), op), op, service, receipts)
     return panes if fused else _aggregate(panes, op, partial=True)
 
 
@@ -386,6 +392,8 @@ def lower_rewritten(
                 service = seal_service(node_id)
                 if isinstance(op, WinnerAtClose):
                     df = winner_at_close(ins[0], ins[1], op, receipts, service, fusion.then(node_id))
+                elif isinstance(op, WindowAggregate):
+                    df = _by_key(ins[0], op, node_id in fusion.aggregates, service, receipts)
                 else:
                     assert isinstance(op, WindowJoin)
                     df = keyed_join(ins[0], ins[1], op, receipts, service)

@@ -141,14 +141,15 @@ def _staged(df: DataFrame, side: int, keys: tuple[str, ...], other: StructType) 
 
 
 def _receipts(
-    df: DataFrame, entity: str, left: DataFrame, right: DataFrame, keys: tuple[str, ...]
+    df: DataFrame, entity: str, left: DataFrame, right: DataFrame | None, keys: tuple[str, ...]
 ) -> DataFrame:
     """A keyed input's receipts (router/keyed_route.py) in the operator's input layout."""
     key_types = [left.schema[k] for k in keys]
+    sides = (*left.schema.fields, *(right.schema.fields if right is not None else ()))
     cols = [
         F.lit(RECEIPT_SIDE).alias(SIDE),
         *[_blank(StructField(key_column(i), f.dataType)) for i, f in enumerate(key_types)],
-        *[_blank(f) for f in (*left.schema.fields, *right.schema.fields)],
+        *[_blank(f) for f in sides],
         F.col(GROUP).cast("int").alias(GROUP),
         F.lit(entity).alias(RECEIPT[0]),
         *[F.col(c).cast("bigint").alias(c) for c in RECEIPT[1:]],
@@ -193,7 +194,6 @@ def keyed_operator(
             _staged(right, 1, op.right_keys, left.schema)
         )
     for entity, df in (receipts or {}).items():
-        assert right is not None
         both = both.unionByName(_receipts(df, entity, left, right, op.left_keys))
     both = both.withColumn(_BUCKET, F.pmod(F.col(GROUP), F.lit(buckets)))
     stamps = sorted(timestamp_columns(left, *([right] if right is not None else [])))

@@ -1,8 +1,10 @@
-"""SFBase end to end on Spark: Q5's count with its state moving by key group, exact under migrations.
+"""The paper's baselines end to end on Spark: Q5's count with its state moving by key group, exact.
 
-Its panes per key live in a keyed operator; the key groups the plan gives the workers are sealed there
-with their panes (real agent and worker processes), and a new plan restarts the query, as a task
-migration does. Every run's output must equal the DuckDB batch reference over the same events.
+Its panes per key live in a keyed operator; the key groups workers hold are sealed there with their
+panes (real agent and worker processes). Without routers (sfbase) the plan says which groups those
+are; with routers (sponge-ro, sponge-to) the router sends those groups' records to the agent. Without
+transient operators a new plan restarts the query, as a task migration does. Every run's output must
+equal the DuckDB batch reference over the same events.
 """
 
 from __future__ import annotations
@@ -50,9 +52,11 @@ class _MigrateOnce(RunHooks):
         return due
 
 
-@pytest.mark.parametrize(("start", "then"), [(0.0, 0.6), (1.0, 0.0)])
-def test_sfbase_output_equals_reference_across_a_migration(
-    spark, tmp_path: Path, start: float, then: float
+@pytest.mark.parametrize(
+    ("baseline", "start", "then"), [("sfbase", 0.0, 0.6), ("sfbase", 1.0, 0.0), ("sponge-ro", 0.0, 0.6)]
+)
+def test_a_baselines_output_equals_reference_across_a_migration(
+    spark, tmp_path: Path, baseline: str, start: float, then: float
 ) -> None:
     gen = GeneratorConfig(seed=3, events=20_000, schedule=RateSchedule.constant(1_000))
     out = tmp_path / "out"
@@ -63,7 +67,7 @@ def test_sfbase_output_equals_reference_across_a_migration(
         params=PARAMS,
         max_events_per_batch=2_000,
         offload=OffloadConfig(share=start, workers=2),
-        ablation="sfbase",
+        ablation=baseline,
     )
     hooks = _MigrateOnce(then, after=4)
     summary = run_query(config, progress=hooks.epoch, hooks=hooks)
@@ -71,7 +75,25 @@ def test_sfbase_output_equals_reference_across_a_migration(
     expected = reference_for("q5", gen, PARAMS)
     assert expected.num_rows > 5, "the reference is too small to prove anything"
     assert diff_results(read_results(out), expected) is None
-    # No router: every record was read and prepared on the VM; the workers stepped the count's key
-    # groups, its panes travelling with them.
-    assert summary["records_routed_to_workers"] == 0 and summary["records_offloaded"] == 0
+    # The workers stepped the count's key groups, its panes travelling with them. Without routers every
+    # record was read and prepared on the VM; with them the workers' groups' records went there.
+    routed = summary["records_routed_to_workers"]
+    assert (routed > 0) == (baseline != "sfbase") and summary["records_offloaded"] == routed
     assert summary["operators_offloaded"].get("window_aggregate3", 0) > 0
+
+
+def test_sponge_to_routes_key_groups_to_workers_without_restarting(spark, tmp_path: Path) -> None:
+    gen = GeneratorConfig(seed=4, events=20_000, schedule=RateSchedule.constant(1_000))
+    out = tmp_path / "out"
+    config = RunConfig(
+        query="q5",
+        generator=gen,
+        output=out,
+        params=PARAMS,
+        max_events_per_batch=2_000,
+        offload=OffloadConfig(share=0.5, workers=2),
+        ablation="sponge-to",
+    )
+    summary = run_query(config)
+    assert diff_results(read_results(out), reference_for("q5", gen, PARAMS)) is None
+    assert summary["records_offloaded"] > 0 and summary["operators_offloaded"].get("window_aggregate3", 0) > 0
