@@ -1,15 +1,16 @@
 """A keyed operator on transformWithState: both inputs in one stream, a bucket of key groups a call.
 
-Why one processor for every keyed operator (Q4/Q6's winners at close, Q3's join): what Spark must do
-for them is the same. Both sides are laid out as one input (each side's columns, the other's typed
-blanks, the side and the key renamed alike), grouped by a bucket of the key's group: one Python call
-per bucket and micro-batch, the bucket's state as one frame per name (merge/spark/frame_state.py).
-The batch itself is merge/keyed_batch.py's `run_batch` over the operator's step
-(merge/keyed_step.py): during a burst, key groups the workers hold arrive as receipts of records
-stashed at the agent, and the batch seals them (ADR 0024); the groups' bookkeeping is checkpointed
-with the rest of the state. Timestamps cross into Python as int64 microseconds; the other side's
-integer columns are zeros, not nulls, so pandas keeps them int64. Exactly-once comes from Spark:
-state and timers are checkpointed with the epoch, and a replayed epoch re-sends the same rows.
+Why one processor for every keyed operator (Q4/Q6's winners at close, Q3's join, an aggregate whose
+state moves by key: merge/spark/pane_stage.py): what Spark must do for them is the same. Both sides
+are laid out as one input (each side's columns, the other's typed blanks, the side and the key renamed
+alike), grouped by a bucket of the key's group: one Python call per bucket and micro-batch, the
+bucket's state as one frame per name (merge/spark/frame_state.py). The batch itself is
+merge/keyed_batch.py's `run_batch` over the operator's step (merge/keyed_step.py): during a burst, key
+groups the workers hold arrive as receipts of records stashed at the agent, and the batch seals them
+(ADR 0024); the groups' bookkeeping is checkpointed with the rest of the state. Timestamps cross into
+Python as int64 microseconds; the other side's integer columns are zeros, not nulls, so pandas keeps
+them int64. Exactly-once comes from Spark: state and timers are checkpointed with the epoch, and a
+replayed epoch re-sends the same rows.
 """
 
 from __future__ import annotations
