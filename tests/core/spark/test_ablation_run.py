@@ -52,29 +52,35 @@ class _MigrateOnce(RunHooks):
         return due
 
 
+def _config(tmp_path: Path, seed: int, share: float, baseline: str) -> RunConfig:
+    return RunConfig(
+        query="q5",
+        generator=GeneratorConfig(seed=seed, events=20_000, schedule=RateSchedule.constant(1_000)),
+        output=tmp_path / "out",
+        params=PARAMS,
+        max_events_per_batch=2_000,
+        offload=OffloadConfig(share=share, workers=2),
+        ablation=baseline,
+    )
+
+
+def _assert_exact(config: RunConfig) -> None:
+    expected = reference_for("q5", config.generator, PARAMS)
+    assert expected.num_rows > 5, "the reference is too small to prove anything"
+    assert diff_results(read_results(config.output), expected) is None
+
+
 @pytest.mark.parametrize(
     ("baseline", "start", "then"), [("sfbase", 0.0, 0.6), ("sfbase", 1.0, 0.0), ("sponge-ro", 0.0, 0.6)]
 )
 def test_a_baselines_output_equals_reference_across_a_migration(
     spark, tmp_path: Path, baseline: str, start: float, then: float
 ) -> None:
-    gen = GeneratorConfig(seed=3, events=20_000, schedule=RateSchedule.constant(1_000))
-    out = tmp_path / "out"
-    config = RunConfig(
-        query="q5",
-        generator=gen,
-        output=out,
-        params=PARAMS,
-        max_events_per_batch=2_000,
-        offload=OffloadConfig(share=start, workers=2),
-        ablation=baseline,
-    )
+    config = _config(tmp_path, 3, start, baseline)
     hooks = _MigrateOnce(then, after=4)
     summary = run_query(config, progress=hooks.epoch, hooks=hooks)
     assert hooks.restarts == 1
-    expected = reference_for("q5", gen, PARAMS)
-    assert expected.num_rows > 5, "the reference is too small to prove anything"
-    assert diff_results(read_results(out), expected) is None
+    _assert_exact(config)
     # The workers stepped the count's key groups, its panes travelling with them. Without routers every
     # record was read and prepared on the VM; with them the workers' groups' records went there.
     routed = summary["records_routed_to_workers"]
@@ -83,17 +89,7 @@ def test_a_baselines_output_equals_reference_across_a_migration(
 
 
 def test_sponge_to_routes_key_groups_to_workers_without_restarting(spark, tmp_path: Path) -> None:
-    gen = GeneratorConfig(seed=4, events=20_000, schedule=RateSchedule.constant(1_000))
-    out = tmp_path / "out"
-    config = RunConfig(
-        query="q5",
-        generator=gen,
-        output=out,
-        params=PARAMS,
-        max_events_per_batch=2_000,
-        offload=OffloadConfig(share=0.5, workers=2),
-        ablation="sponge-to",
-    )
+    config = _config(tmp_path, 4, 0.5, "sponge-to")
     summary = run_query(config)
-    assert diff_results(read_results(out), reference_for("q5", gen, PARAMS)) is None
+    _assert_exact(config)
     assert summary["records_offloaded"] > 0 and summary["operators_offloaded"].get("window_aggregate3", 0) > 0
