@@ -24,7 +24,7 @@ from core.aggregate_signatures import signature
 from core.fusions import closed_aggregates, join_counts
 from core.plan import LogicalPlan, Node, WindowAggregate
 
-SFBASE = "sfbase"
+SFBASE, SPONGE_RO, SPONGE_TO = "sfbase", "sponge-ro", "sponge-to"
 
 
 @dataclass(frozen=True)
@@ -37,13 +37,13 @@ class Baseline:
 
     @property
     def lacks(self) -> str:
-        """The operators it runs without, for a reader."""
-        names = [n for n, kept in (("router", self.routers), ("transient", self.transients)) if not kept]
-        return " and ".join([", ".join(names), "merge"] if names else ["merge"]) + " operators"
+        """The operators it runs without, for a reader: "router, transient and merge operators"."""
+        kept = {"router": self.routers, "transient": self.transients, "merge": False}
+        names = [name for name, has in kept.items() if not has]
+        listed = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+        return f"{listed} operators"
 
 
-SPONGE_RO = "sponge-ro"
-SPONGE_TO = "sponge-to"
 BASELINES = {
     b.name: b
     for b in (

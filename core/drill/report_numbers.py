@@ -180,6 +180,8 @@ def deployment_text(run: Mapping[str, Any]) -> str:
         text += f", reading a Kinesis stream of {run['stream_shards']} shards (shard-hours billed)"
     if d.get("adds"):
         text += f" (+ {d['adds']})"
+    if lacks := _lacks(run):
+        text += f", without {lacks}"
     return text
 
 

@@ -72,7 +72,7 @@ class PolicyRun:
     vm_cpus: list[int]
     shuffle_partitions: int = 2  # one per core the run's VMs can ever hold (drill._spec)
     worker_cpus: list[int] = field(default_factory=list)
-    offload: bool = False  # route through the agent (sponge), or seal key groups there (sfbase)
+    offload: bool = False  # work goes to the agent's workers (sponge, the baselines of core/ablations.py)
     ablation: str | None = None  # run as this baseline of the paper (core/ablations.py)
     target: str = "embedded"  # where the Lambda workers run (localstack/aws: the deployed stack)
     bind: str | None = None  # the agent's address, the one its workers dial, and its transport

@@ -235,7 +235,8 @@ def _run_query(
         progress = session.watching_epochs(progress)
         sources = nexmark_sources(spark, config, started, session.local_routes(chains), schemas=own)
         offloaded = session.offloaded(spark, config, started)
-        ranks = session.rank_service if config.ablation is None else None  # workers ranking: a TO
+        # Workers' ranked candidates, merged on the VM, are a merge operator: no baseline has them.
+        ranks = session.rank_service if config.ablation is None else None
         sinks = lower_rewritten(rewritten, sources, chains, offloaded, session.seal_service, ranks)
         n_sources += len(chains)  # each chain's source is read twice: the VM share and the workers' share
     (sink_df,) = sinks.values()

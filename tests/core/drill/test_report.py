@@ -320,6 +320,7 @@ def test_a_baseline_without_sponges_operators_starts_beside_the_spread_not_in_it
     start = numbers.pre_burst(report)
     assert start is not None and start.fair and start.high_ms == 1850.0
     assert start.apart == ((2, "router, transient and merge operators", 2674.0),)
+    assert numbers.deployment_text(sfbase).endswith(", without router, transient and merge operators")
     assert (
         "between 1,803 and 1,850 ms (within 25% of each other: fair); sfbase's was 2,674 ms (without "
         "router, transient and merge operators: another plan by design)" in numbers.verdict(report)
