@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from core.ablations import moves_by_key
 from core.errors import PlanError
 from core.plan import WindowAggregate
 from merge import polars_fold
@@ -45,7 +46,7 @@ class PaneStep:
     @classmethod
     def of(cls, agg: WindowAggregate) -> PaneStep:
         """The step of `agg`, whose window must be its own and whose partials combine across panes."""
-        if agg.window is None or not all(kind_of(a).pane_mergeable for a in agg.aggs):
+        if not moves_by_key(agg):
             hint = "it needs a window of its own and partials that combine across panes"
             raise PlanError(f"{agg.kind} has no pane step", hint=hint)
         return cls(agg, tuple(c.name(a.out) for a in agg.aggs for c in kind_of(a).columns))
