@@ -43,7 +43,6 @@ from core.run_status import (
 from core.spark.file_source import list_files
 from core.spark.parquet_read import count_rows
 from core.spark.runner import RunHooks
-from core.spark.source import WORKERS_TAG
 
 POLICIES = ("none", "noscaling", "sponge")
 KEEP_SAMPLES = 600  # the loop's own samples a live run keeps (its tallies and files hold the rest)
@@ -62,15 +61,15 @@ def epoch_times(p: Mapping[str, Any]) -> tuple[float, float]:
 
 def generated_epoch(p: Mapping[str, Any]) -> Epoch | None:
     """The epoch of a progress event over the generated source, by its "event" offsets (the lowest of
-    its sources: every event below it has committed); None when no source reported an offset. A routed
-    read's workers' stream is left out: it may hold its offset behind the VM's while it has nothing to
-    read (core/spark/source.py), and otherwise ends where they do."""
-    ends = [
-        (json.loads(s["startOffset"] or "null") or {}, json.loads(s["endOffset"] or "null") or {})
+    its sources: every event below it has committed); None when no source reported an offset."""
+    offsets = [
+        (
+            (json.loads(s["startOffset"] or "null") or {}).get("event", 0),
+            (json.loads(s["endOffset"] or "null") or {}).get("event"),
+        )
         for s in p["sources"]
         if s.get("endOffset")
     ]
-    offsets = [(a.get("event", 0), b.get("event")) for a, b in ends if not b.get(WORKERS_TAG)]
     offsets = [(a, b) for a, b in offsets if b is not None]
     if not offsets:
         return None

@@ -27,8 +27,7 @@ what the workers return. Options: route ("none" | "local" | "offload"), offload_
 log and current plan), and for offload: program (ProgramSpec JSON), agent (host:port), secret_file,
 event_time, chunk_rows, parallelism, direct_sink (the output directory, when the agent writes the
 chain's rows there: the stream's offsets then carry a `direct_sink` tag); fail_share and fault_dir
-inject task failures. The workers' stream's offsets carry a `workers` tag: it holds its offset while
-the range since it offloads nothing (ADR 0053), so an epoch's extent is read from the other streams.
+inject task failures.
 
 The reader supports Trigger.AvailableNow (the target is fixed when Spark prepares the trigger): it
 then runs as many micro-batches as needed plus the final no-data batch that closes the windows.
@@ -60,13 +59,12 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
     from core.nexmark.generator import GeneratorConfig
-    from router.routing_log import RoutingLog, Segment
+    from router.routing_log import Segment
 
 SOURCE_NAME = "nexmark"
 PACES = ("none", "arrival")
 MAX_TASK_STRETCH = 16  # a routed task covers at most this many times offsets_per_task offsets
 SPLIT_FLOOR = 4  # min_partitions never makes a task hold less than records_per_task / SPLIT_FLOOR
-WORKERS_TAG = "workers"  # offset key of a routed read's workers' stream, which may hold its offset
 
 
 @dataclass(frozen=True)
@@ -242,17 +240,12 @@ class NexmarkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._agreed: str | None = None  # the routed streams' last decision this stream took
 
     def _offset(self, event: int) -> dict:
-        """An offset. The workers' stream says so: it may hold its offset behind the VM's, so the epoch an
-        offset log covers is the VM's streams' (core/spark/live_policy.py). A stream whose rows the agent
-        writes to the sink says so, for the readers that decide which of those rows committed
-        (core/direct_sink.py)."""
-        offset: dict = {"event": event}
+        """An offset; a stream whose rows the agent writes to the sink says so, for the readers that
+        decide which of those rows committed (core/direct_sink.py)."""
         route = self.options.route
-        if route is not None and route.route == OFFLOAD_ROUTE:
-            offset[WORKERS_TAG] = True
         if route is not None and route.direct_sink:
-            offset[DIRECT_SINK_TAG] = self.options.entity
-        return offset
+            return {"event": event, DIRECT_SINK_TAG: self.options.entity}
+        return {"event": event}
 
     def initialOffset(self) -> dict:
         return self._offset(0)
@@ -272,47 +265,23 @@ class NexmarkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         micro-batch size (an input rate), not an admission-control option Spark should override.
         """
         first = int(start["event"])
-        route = self.options.route
-        log = None
-        base = first  # where the epoch starts for this stream's decision of its end
-        if route is not None:
-            from router.routing_log import RoutingLog
-
-            log = RoutingLog(route.offload_dir)
-            if route.route == OFFLOAD_ROUTE:  # a held workers' stream decides from where the VM's stands
-                base = max(first, log.high_water_mark())
         end = min(
             self.options.end_offset,
-            base + self._batch_cap(),
+            first + self._batch_cap(),
             max(self.released(), self._latest),
         )
         if self._target is not None:
             end = min(end, self._target)
         if isinstance(limit, ReadMaxRows):
-            end = min(end, base + limit.max_rows)  # rows <= events, so this respects the row cap
-        end = max(end, base)
-        if log is not None:
-            end, self._agreed = log.agreed_end(base, end, self._agreed)
-            if self._holds(log, first, end):
-                end = first
+            end = min(end, first + limit.max_rows)  # rows <= events, so this respects the row cap
+        end = max(end, first)
+        if self.options.route is not None:
+            from router.routing_log import RoutingLog
+
+            log = RoutingLog(self.options.route.offload_dir)
+            end, self._agreed = log.agreed_end(first, end, self._agreed)
         self._latest = max(self._latest, end)
         return self._offset(end)
-
-    def _holds(self, log: RoutingLog, first: int, end: int) -> bool:
-        """The workers' stream keeps its offset while [first, end) offloads nothing: Spark then plans it
-        as an empty relation, so an inactive router costs an epoch no planning of it (docs/adr/0053).
-
-        The range's routing is fixed here, before Spark plans the epoch, so a plan published between
-        this answer and the VM's planning cannot send the VM's stream records this one skipped. It moves
-        at the stream's end, which the runner waits for.
-        """
-        route = self.options.route
-        if route is None or route.route != OFFLOAD_ROUTE or end >= self.options.end_offset:
-            return False
-        from router.routing_log import read_current_plan
-
-        segments = log.plan_range(first, end, read_current_plan(route.offload_dir))
-        return not any(seg.plan.offloads for seg in segments)
 
     def _batch_cap(self) -> int:
         """The most offsets one epoch covers: max_events_per_batch, scaled with the run's capacity now."""
@@ -343,12 +312,8 @@ class NexmarkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
         log = RoutingLog(opts.route.offload_dir)
         segments = log.plan_range(lo, hi, read_current_plan(opts.route.offload_dir))
-        if opts.route.route == OFFLOAD_ROUTE:
-            active = [seg for seg in segments if seg.plan.offloads]
-            if not active:
-                return []  # an inactive router's workers' stream costs the epoch no task (docs/adr/0042)
-            lo = max(lo, active[0].start)  # a stream that held its offset: no tasks for what it skipped
-            segments = covering(segments, lo, hi)
+        if opts.route.route == OFFLOAD_ROUTE and not any(seg.plan.offloads for seg in segments):
+            return []  # an inactive router's workers' stream costs the epoch no task (docs/adr/0042)
         step = routed_step(opts.offsets_per_task, opts.route.route, segments, lo, hi)
         step = split_step(step, lo, hi, opts.min_partitions)
         ranges = event_ranges(lo, hi, step, opts.events, punctuate=True)

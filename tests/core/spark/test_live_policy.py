@@ -23,7 +23,6 @@ from core.spark.live_policy import (
     prometheus_text,
     stream_epoch,
 )
-from core.spark.source import WORKERS_TAG
 from policy.monitor import Observation
 from policy.offload_policy import Decision
 from tests.core.kinesis_stand_in import MemoryStream
@@ -157,24 +156,6 @@ def test_generated_backlog_follows_the_schedule_and_the_lowest_event_offset() ->
     epoch = generated_epoch(p)
     assert epoch is not None and (epoch.start, epoch.covered) == (10, 30)
     assert epoch.commit_t - epoch.started_t == pytest.approx(2.0)
-
-
-def test_an_epoch_is_the_vm_streams_when_the_workers_stream_held_its_offset() -> None:
-    """A workers' stream that offloaded nothing kept its offset (core/spark/source.py): the epoch is the
-    one the VM's stream covered, not the range since the workers' last read."""
-    p = {
-        "timestamp": "2026-01-01T00:00:00.000Z",
-        "durationMs": {"triggerExecution": 1000},
-        "sources": [
-            {"startOffset": json.dumps({"event": 300}), "endOffset": json.dumps({"event": 400})},
-            {
-                "startOffset": json.dumps({"event": 100, WORKERS_TAG: True}),
-                "endOffset": json.dumps({"event": 100, WORKERS_TAG: True}),
-            },
-        ],
-    }
-    epoch = generated_epoch(p)
-    assert epoch is not None and (epoch.start, epoch.covered) == (300, 400)
 
 
 def test_prometheus_text_is_gauges_with_escaped_labels_and_no_unknown_values() -> None:

@@ -246,62 +246,17 @@ def test_the_routed_streams_of_a_query_end_every_epoch_at_the_same_offset(
     """Spark asks the VM's stream and the workers' for their ends one after the other, while more
     events fall due: both end where the first asked said, so the workers' rows of an epoch are never
     behind the VM's watermark."""
-    write_current_plan(tmp_path, OffloadPlan.of_share(1, 0.5, 2))
+    write_current_plan(tmp_path, OffloadPlan.local())
     paced = {"pace": "arrival", "schedule": "1000", "pace_origin": str(clock.now - 0.5)}
     vm = NexmarkStreamReader(_options(route="local", offload_dir=str(tmp_path), **paced))
     workers = NexmarkStreamReader(_workers_options(offload_dir=str(tmp_path), **paced))
-    first = vm.latestOffset(vm.initialOffset(), ReadAllAvailable())["event"]
+    first = vm.latestOffset(vm.initialOffset(), ReadAllAvailable())
     clock.now += 0.2
-    assert workers.latestOffset(workers.initialOffset(), ReadAllAvailable())["event"] == first
-    second = workers.latestOffset(_at(first), ReadAllAvailable())["event"]
-    assert second - first >= 200  # the workers' stream decides the next epoch
+    assert workers.latestOffset(workers.initialOffset(), ReadAllAvailable()) == first
+    second = workers.latestOffset(first, ReadAllAvailable())
+    assert second["event"] - first["event"] >= 200  # the workers' stream decides the next epoch
     clock.now += 0.1
-    assert vm.latestOffset(_at(first), ReadAllAvailable())["event"] == second
-
-
-def _at(event: int) -> dict:
-    return {"event": event}
-
-
-def _plans(tmp_path: Path, vm: NexmarkStreamReader, start: int, end: int) -> list[bool]:
-    """Whether each plan routing the VM's epoch [start, end) offloads."""
-    return [seg.plan.offloads for p in vm.partitions(_at(start), _at(end)) for seg in p.segments]
-
-
-def test_the_workers_stream_holds_its_offset_while_nothing_is_offloaded(
-    clock: _Clock, tmp_path: Path
-) -> None:
-    """While the router is inactive the workers' stream keeps its offset, so Spark plans it as an empty
-    relation; the first epoch that offloads moves it to the VM's end, and its tasks cover only the
-    offsets routed since it held. The range it held over is routed when it holds, so a plan published
-    after that cannot send the VM's stream records nobody reads."""
-    write_current_plan(tmp_path, OffloadPlan.local())
-    paced = {"pace": "arrival", "schedule": "1000", "pace_origin": str(clock.now - 0.25)}
-    vm = NexmarkStreamReader(_options(route="local", offload_dir=str(tmp_path), **paced))
-    workers = NexmarkStreamReader(_workers_options(offload_dir=str(tmp_path), **paced))
-    first = vm.latestOffset(_at(0), ReadAllAvailable())["event"]
-    assert workers.latestOffset(_at(0), ReadAllAvailable()) == {"event": 0, "workers": True}
-    write_current_plan(tmp_path, OffloadPlan.of_share(1, 0.5, 2))  # published after the epoch was routed
-    assert _plans(tmp_path, vm, 0, first) == [False]
-    clock.now += 0.25
-    # Asked first now, the held stream decides from where the VM's stands, and the VM's takes its end.
-    second = workers.latestOffset(_at(0), ReadAllAvailable())["event"]
-    assert second - first >= 250
-    assert vm.latestOffset(_at(first), ReadAllAvailable())["event"] == second
-    assert [(p.start, p.end) for p in workers.partitions(_at(0), _at(second))] == [(first, second)]
-    assert _plans(tmp_path, vm, first, second) == [True]
-
-
-def test_a_held_workers_stream_reaches_the_end_of_the_stream(tmp_path: Path) -> None:
-    """The runner waits for every source to reach the punctuation: a held stream moves there too."""
-    write_current_plan(tmp_path, OffloadPlan.local())
-    vm = NexmarkStreamReader(_options(route="local", offload_dir=str(tmp_path), max_events_per_batch="600"))
-    workers = NexmarkStreamReader(_workers_options(offload_dir=str(tmp_path), max_events_per_batch="600"))
-    assert vm.latestOffset(_at(0), ReadAllAvailable())["event"] == 600
-    assert workers.latestOffset(_at(0), ReadAllAvailable())["event"] == 0
-    assert vm.latestOffset(_at(600), ReadAllAvailable())["event"] == 1001
-    assert workers.latestOffset(_at(0), ReadAllAvailable())["event"] == 1001
-    assert workers.partitions(_at(0), _at(1001)) == []
+    assert vm.latestOffset(first, ReadAllAvailable()) == second
 
 
 def test_available_now_target_is_fixed_when_prepared(clock: _Clock) -> None:
