@@ -15,15 +15,19 @@ from collections.abc import Callable
 from pathlib import Path
 
 
-def write_atomically(target: Path, write: Callable[[Path], None]) -> None:
-    """Call `write(tmp)` to fill a temporary file, then put it in place of `target` durably."""
+def write_atomically(target: Path, write: Callable[[Path], None], durable: bool = True) -> None:
+    """Call `write(tmp)` to fill a temporary file, then put it in place of `target`: durably, or with
+    `durable=False` only whole (readers and a crashed process still never see a torn file, but a
+    machine that loses power may come back with the old one)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
     try:
         write(tmp)
-        _fsync(tmp, os.O_RDONLY)
+        if durable:
+            _fsync(tmp, os.O_RDONLY)
         os.replace(tmp, target)
-        _fsync(target.parent, os.O_RDONLY | os.O_DIRECTORY)
+        if durable:
+            _fsync(target.parent, os.O_RDONLY | os.O_DIRECTORY)
     finally:
         tmp.unlink(missing_ok=True)
 
@@ -32,8 +36,8 @@ def write_bytes(target: Path, data: bytes) -> None:
     write_atomically(target, lambda tmp: tmp.write_bytes(data))
 
 
-def write_text(target: Path, text: str) -> None:
-    write_atomically(target, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+def write_text(target: Path, text: str, durable: bool = True) -> None:
+    write_atomically(target, lambda tmp: tmp.write_text(text, encoding="utf-8"), durable)
 
 
 def _fsync(path: Path, flags: int) -> None:

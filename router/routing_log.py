@@ -15,8 +15,8 @@ it first.
 
 Layout under the offload directory (beside the query's checkpoint, so it lives as long as it):
 `plan.json` (the current plan), `routing.jsonl` (lines {"from": offset, "plan": {...}}),
-`routing.hwm` (the high-water mark), `epoch.end` (the end the streams agreed on for the epoch being
-planned) and `routing.lock`.
+`routing.hwm` (the mark kept on disk), `routing.at` (the high-water mark of this boot),
+`epoch.end` (the end the streams agreed on for the epoch being planned) and `routing.lock`.
 
 Crashes. A writer (under the lock) appends a line, flushes it to disk, and only then moves the
 high-water mark (an atomic replace). The mark is therefore the commit point: an offset below it has
@@ -26,6 +26,16 @@ them (it rewrites the log without them, atomically, before appending its own), a
 without its newline (a torn write) is treated the same way. Any other line that does not parse is
 corruption: which plan routed those offsets is lost, so the log raises instead of guessing, which
 would re-route records a committed epoch already counted.
+
+Power loss, and why two marks. Flushing the mark to disk in every epoch cost a routed query two
+fsyncs per epoch, right after Spark's own checkpoint writes (docs/adr/0053). So the mark on disk,
+`routing.hwm`, is a reservation: it is flushed whenever a line is appended and whenever the offsets
+handed out reach it, and then set `RESERVE` offsets past them. The exact mark, `routing.at`, is
+replaced whole but not flushed, and names the boot it was written in. A process that crashes leaves
+it in place; a machine that loses power comes back in another boot, where it is ignored and the
+reservation stands in for it. No offset at or beyond the reservation was ever handed out, so a plan
+appended after a power loss routes only offsets nobody has read, at most `RESERVE` offsets later
+than it would have. Without a boot id (not Linux) every mark is flushed, as before.
 """
 
 from __future__ import annotations
@@ -37,6 +47,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +57,8 @@ from core.errors import ConfigError, InputError
 from core.offload_plan import KEY_GROUPS, OffloadPlan, offloaded_mask
 
 PLAN_FILE = "plan.json"
+RESERVE = 1_000_000  # offsets the mark on disk runs ahead of those handed out (see the module docstring)
+_BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 _CORRUPT_HINT = (
     "the routing log fixes which plan routed each offset of the query's checkpointed epochs, so it "
     "cannot be repaired by guessing: restore the offload directory from a backup, or restart the "
@@ -128,6 +141,7 @@ class RoutingLog:
         directory.mkdir(parents=True, exist_ok=True)
         self._log = directory / "routing.jsonl"
         self._hwm = directory / "routing.hwm"
+        self._at = directory / "routing.at"
         self._lock = directory / "routing.lock"
         self._epoch = directory / "epoch.end"
 
@@ -154,7 +168,13 @@ class RoutingLog:
         return self._committed(self._read(), hwm)[0]
 
     def high_water_mark(self) -> int:
-        """One past the last offset handed out (0 before the first)."""
+        """One past the last offset handed out (0 before the first): this boot's exact mark, or after a
+        power loss the reservation on disk, which no offset handed out ever reached."""
+        reserved = self._reserved()
+        exact = self._exact()
+        return exact if exact is not None and exact <= reserved else reserved
+
+    def _reserved(self) -> int:
         try:
             text = self._hwm.read_text(encoding="utf-8")
         except FileNotFoundError:
@@ -169,6 +189,28 @@ class RoutingLog:
             )
         return value
 
+    def _exact(self) -> int | None:
+        """The exact mark if this boot wrote it; None otherwise (the reservation then stands in)."""
+        boot = _boot_id()
+        if boot is None:
+            return None
+        try:
+            written_in, value = self._at.read_text(encoding="utf-8").split()
+            return int(value) if written_in == boot and int(value) >= 0 else None
+        except (FileNotFoundError, ValueError):
+            return None  # a mark it cannot read is one it does not need: the reservation is safe
+
+    def _move_mark(self, end: int, appended: bool) -> None:
+        """Hand out offsets below `end`: the reservation first, flushed, when a line was appended or
+        `end` passes it; then this boot's exact mark, replaced whole without a flush."""
+        boot = _boot_id()
+        if boot is None:
+            atomic_write.write_text(self._hwm, str(end))
+            return
+        if appended or end > self._reserved():
+            atomic_write.write_text(self._hwm, str(end + RESERVE))
+        atomic_write.write_text(self._at, f"{boot} {end}", durable=False)
+
     def plan_range(self, start: int, end: int, current: OffloadPlan) -> tuple[Segment, ...]:
         """The segments routing offsets [start, end), recording `current` for offsets not yet routed."""
         if end < start:
@@ -181,14 +223,15 @@ class RoutingLog:
                 # A writer died between its append and its mark: nobody was handed those lines.
                 atomic_write.write_bytes(self._log, contents.data[:cut])
             if end > hwm:
-                if not segments or segments[-1].plan != current:
+                appended = not segments or segments[-1].plan != current
+                if appended:
                     segment = Segment(hwm, current)
                     with open(self._log, "a", encoding="utf-8") as f:
                         f.write(json.dumps({"from": segment.start, "plan": current.to_json()}) + "\n")
                         f.flush()
                         os.fsync(f.fileno())
                     segments.append(segment)
-                atomic_write.write_text(self._hwm, str(end))
+                self._move_mark(end, appended)
         return covering(segments, start, end)
 
     def agreed_end(self, start: int, end: int, last: str | None) -> tuple[int, str]:
@@ -299,3 +342,12 @@ def routed_mask(
             owned[sorted(seg.plan.key_groups)] = True
             mask[sel] = owned[np.asarray(groups)[sel]]
     return mask
+
+
+@lru_cache(maxsize=1)
+def _boot_id() -> str | None:
+    """This boot's id (Linux), which tells a mark written before a power loss from one written since."""
+    try:
+        return _BOOT_ID.read_text(encoding="ascii").strip() or None
+    except OSError:
+        return None

@@ -36,3 +36,18 @@ def test_the_temporary_is_hidden_from_spark_and_beside_the_target(tmp_path: Path
     atomic_write.write_atomically(tmp_path / "part-00001.jsonl", lambda tmp: (seen.append(tmp), tmp.touch()))
     (tmp,) = seen
     assert tmp.parent == tmp_path and tmp.name.startswith(".part-00001.jsonl.")
+
+
+def test_a_write_that_need_not_survive_a_power_loss_is_whole_and_flushes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    synced: list[int] = []
+    monkeypatch.setattr(os, "fsync", synced.append)
+    target = tmp_path / "mark"
+    atomic_write.write_text(target, "41", durable=False)
+    assert target.read_text() == "41" and synced == []
+    assert [p.name for p in tmp_path.iterdir()] == ["mark"]
+    atomic_write.write_text(target, "42")
+    assert len(synced) == 2  # the file, then its directory

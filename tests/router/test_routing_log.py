@@ -18,7 +18,9 @@ from hypothesis import strategies as st
 from core import atomic_write
 from core.errors import ConfigError, InputError
 from core.offload_plan import OffloadPlan
+from router import routing_log
 from router.routing_log import (
+    RESERVE,
     RoutingLog,
     Segment,
     covering,
@@ -395,3 +397,64 @@ def test_a_routed_range_is_on_disk_before_it_is_handed_out(
     assert any(p.endswith("routing.jsonl") for p in synced), synced
     mark = [i for i, p in enumerate(synced) if re.search(r"routing\.hwm", p)]
     assert mark and str(tmp_path) in synced[mark[-1] + 1 :], synced  # the mark, then its directory
+
+
+def _synced(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The paths fsync'ed from now on."""
+    synced: list[str] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return synced
+
+
+def test_an_epoch_under_an_unchanged_plan_flushes_nothing_until_the_reservation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mark on disk runs RESERVE offsets ahead: the epochs that stay within it move only this boot's
+    exact mark, and a plan change still starts at the first offset nobody was handed."""
+    monkeypatch.setattr(routing_log, "_boot_id", lambda: "boot-1")
+    log = RoutingLog(tmp_path)
+    log.plan_range(0, 1000, HALF)
+    synced = _synced(monkeypatch)
+    for lo in range(1000, 10_000, 1000):
+        assert log.plan_range(lo, lo + 1000, HALF) == (Segment(0, HALF),)
+    assert synced == []
+    assert log.high_water_mark() == 10_000
+    assert log.plan_range(10_000, 11_000, ALL) == (Segment(10_000, ALL),)
+    assert any(p.endswith("routing.jsonl") for p in synced) and any("routing.hwm" in p for p in synced)
+    synced.clear()
+    past = 11_000 + RESERVE
+    assert log.plan_range(11_000, past + 1, ALL) == (Segment(10_000, ALL),)  # beyond the reservation
+    assert any("routing.hwm" in p for p in synced)
+
+
+def test_after_a_power_loss_the_reservation_stands_in_for_the_lost_mark(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A machine that lost power comes back in another boot: this boot's marks are gone or ignored, and
+    a new plan starts at the reservation, past every offset handed out, which keep their plans."""
+    monkeypatch.setattr(routing_log, "_boot_id", lambda: "boot-1")
+    log = RoutingLog(tmp_path)
+    log.plan_range(0, 1000, HALF)
+    log.plan_range(1000, 5000, HALF)
+    monkeypatch.setattr(routing_log, "_boot_id", lambda: "boot-2")
+    assert log.high_water_mark() == 1000 + RESERVE
+    assert log.plan_range(1000, 5000, ALL) == (Segment(0, HALF),)  # a replayed epoch routes as before
+    assert log.plan_range(5000, 6000, ALL) == (Segment(0, HALF),)  # within the reservation: unchanged
+    assert log.plan_range(6000, 2 * RESERVE, ALL) == (Segment(0, HALF), Segment(1000 + RESERVE, ALL))
+    assert log.high_water_mark() == 2 * RESERVE
+
+
+def test_without_a_boot_id_every_mark_is_flushed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(routing_log, "_boot_id", lambda: None)
+    log = RoutingLog(tmp_path)
+    log.plan_range(0, 1000, HALF)
+    synced = _synced(monkeypatch)
+    log.plan_range(1000, 2000, HALF)
+    assert any("routing.hwm" in p for p in synced)
+    assert log.high_water_mark() == 2000
