@@ -10,7 +10,8 @@ arrived during the last one: a fixed cost per epoch shows as longer and bigger e
 event as longer epochs of the same size. Printed: every drill's figures and sponge/noscaling ratios,
 and the ratios' medians; then where the steady epochs' time went, Spark's phases (durationMs: planning,
 the sources' offsets, the batch itself, the logs' commits) as sponge's median minus noscaling's, so a gap
-shows in the phase that makes it. A fair drill wants the pre-burst ratio within 1.10.
+shows in the phase that makes it. A drill in which either policy never reached a steady state before the
+onset is shown but left out of the medians. A fair drill wants the pre-burst ratio within 1.10.
 """
 
 from __future__ import annotations
@@ -78,6 +79,15 @@ def drill_figures(report_dir: Path) -> tuple[dict[str, dict[str, float | None]],
     return out, phases
 
 
+def settled(report_dir: Path) -> bool:
+    """Whether every policy of one drill reached a steady state before the onset. A drill whose policy
+    never did (the machine could not keep up with the rate: epochs at the batch cap, a growing backlog)
+    compares backlogs, not steady states, so its ratios are left out of the medians."""
+    report = json.loads((report_dir / "report.json").read_text())
+    onset = report["burst"][0]["start_s"]
+    return all(isinstance(r.get("steady_s"), (int, float)) and r["steady_s"] < onset for r in report["runs"])
+
+
 def phase_gap(phases: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
     """Sponge's median ms of each phase minus noscaling's."""
     a, b = phases["sponge"], phases["noscaling"]
@@ -119,14 +129,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             drills.append(
                 {
                     "order": list(order),
+                    "settled": settled(report),
                     "figures": figures,
                     "ratios": ratios(figures),
                     "phase_gap_ms": phase_gap(phases),
                 }
             )
+    kept = [d for d in drills if d["settled"]]
     median: dict[str, float | None] = {}
     for name in FIGURES:
-        values = [d["ratios"][name] for d in drills if d["ratios"][name] is not None]
+        values = [d["ratios"][name] for d in kept if d["ratios"][name] is not None]
         median[name] = statistics.median(values) if values else None
     names = sorted({k for d in drills for k in d["phase_gap_ms"]})
     return {
@@ -135,7 +147,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "drills": drills,
         "median_ratio": median,
         "median_phase_gap_ms": {
-            k: statistics.median(d["phase_gap_ms"].get(k, 0.0) for d in drills) for k in names
+            k: statistics.median(d["phase_gap_ms"].get(k, 0.0) for d in kept) if kept else None for k in names
         },
         "elapsed_s": time.monotonic() - started,
     }
@@ -159,7 +171,7 @@ def table(report: dict[str, Any]) -> Any:
     for i, d in enumerate(report["drills"], 1):
         f, r = d["figures"], d["ratios"]
         t.add_row(
-            str(i),
+            str(i) if d["settled"] else f"{i} (never steady: left out)",
             " then ".join(d["order"]),
             pair(f, "pre_burst_p99_ms", ",.0f"),
             num(r["pre_burst_p99_ms"], ".2f"),
@@ -177,7 +189,9 @@ def table(report: dict[str, Any]) -> Any:
         gaps.add_column(col, justify="right")
     for name, median in report["median_phase_gap_ms"].items():
         gaps.add_row(
-            name, *(f"{d['phase_gap_ms'].get(name, 0.0):+,.0f}" for d in report["drills"]), f"{median:+,.0f}"
+            name,
+            *(f"{d['phase_gap_ms'].get(name, 0.0):+,.0f}" for d in report["drills"]),
+            f"{median:+,.0f}" if median is not None else "n/a",
         )
     return Group(t, gaps)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.steady_gap import drill_figures, phase_gap, ratios, steady_epochs
+from bench.steady_gap import drill_figures, phase_gap, ratios, settled, steady_epochs
 
 
 def _epochs(durations: list[float], covered: list[int]) -> list[dict[str, float]]:
@@ -54,3 +54,14 @@ def test_a_drills_figures_and_ratios(tmp_path: Path) -> None:
     assert got["steady_epoch_events"] == 1.0
     figures["noscaling"]["steady_epoch_s"] = None
     assert ratios(figures)["steady_epoch_s"] is None
+
+
+def test_a_drill_is_settled_only_if_every_policy_was_steady_before_the_onset(tmp_path: Path) -> None:
+    def report(*steady: float | None) -> Path:
+        runs = [{"policy": p, "steady_s": s} for p, s in zip(("sponge", "noscaling"), steady, strict=True)]
+        (tmp_path / "report.json").write_text(json.dumps({"burst": [{"start_s": 30.0}], "runs": runs}))
+        return tmp_path
+
+    assert settled(report(8.0, 12.5))
+    assert not settled(report(8.0, None))  # never steady: its backlog grew through the lead
+    assert not settled(report(31.0, 12.5))  # steady only after the onset
