@@ -30,12 +30,14 @@ would re-route records a committed epoch already counted.
 Power loss, and why two marks. Flushing the mark to disk in every epoch cost a routed query two
 fsyncs per epoch, right after Spark's own checkpoint writes (docs/adr/0053). So the mark on disk,
 `routing.hwm`, is a reservation: it is flushed whenever a line is appended and whenever the offsets
-handed out reach it, and then set `RESERVE` offsets past them. The exact mark, `routing.at`, is
+handed out reach it, and then set `reserve` offsets past them. The exact mark, `routing.at`, is
 replaced whole but not flushed, and names the boot it was written in. A process that crashes leaves
 it in place; a machine that loses power comes back in another boot, where it is ignored and the
 reservation stands in for it. No offset at or beyond the reservation was ever handed out, so a plan
-appended after a power loss routes only offsets nobody has read, at most `RESERVE` offsets later
-than it would have. Without a boot id (not Linux) every mark is flushed, as before.
+appended after a power loss routes only offsets nobody has read, at most `reserve` offsets later
+than it would have. The reserve is the log's writer's to choose, in its units: the generator's
+events are many and fine, a source's files few and coarse (reserve 0: every mark is flushed, as
+before). Without a boot id (not Linux) every mark is flushed too.
 """
 
 from __future__ import annotations
@@ -57,7 +59,6 @@ from core.errors import ConfigError, InputError
 from core.offload_plan import KEY_GROUPS, OffloadPlan, offloaded_mask
 
 PLAN_FILE = "plan.json"
-RESERVE = 1_000_000  # offsets the mark on disk runs ahead of those handed out (see the module docstring)
 _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 _CORRUPT_HINT = (
     "the routing log fixes which plan routed each offset of the query's checkpointed epochs, so it "
@@ -136,8 +137,11 @@ class _Contents:
 class RoutingLog:
     """The log of one query run: every routed stream of it plans its offsets here."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, reserve: int = 0) -> None:
+        """`reserve`: how many offsets the mark on disk may run ahead of those handed out (see the
+        module docstring); 0 flushes every mark."""
         self.directory = directory
+        self.reserve = reserve
         directory.mkdir(parents=True, exist_ok=True)
         self._log = directory / "routing.jsonl"
         self._hwm = directory / "routing.hwm"
@@ -204,11 +208,11 @@ class RoutingLog:
         """Hand out offsets below `end`: the reservation first, flushed, when a line was appended or
         `end` passes it; then this boot's exact mark, replaced whole without a flush."""
         boot = _boot_id()
-        if boot is None:
+        if boot is None or self.reserve <= 0:
             atomic_write.write_text(self._hwm, str(end))
             return
         if appended or end > self._reserved():
-            atomic_write.write_text(self._hwm, str(end + RESERVE))
+            atomic_write.write_text(self._hwm, str(end + self.reserve))
         atomic_write.write_text(self._at, f"{boot} {end}", durable=False)
 
     def plan_range(self, start: int, end: int, current: OffloadPlan) -> tuple[Segment, ...]:

@@ -65,6 +65,7 @@ SOURCE_NAME = "nexmark"
 PACES = ("none", "arrival")
 MAX_TASK_STRETCH = 16  # a routed task covers at most this many times offsets_per_task offsets
 SPLIT_FLOOR = 4  # min_partitions never makes a task hold less than records_per_task / SPLIT_FLOOR
+ROUTING_RESERVE = 1_000_000  # events the routing log's mark on disk runs ahead (~10 s of a drill's input)
 
 
 @dataclass(frozen=True)
@@ -278,7 +279,7 @@ class NexmarkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.options.route is not None:
             from router.routing_log import RoutingLog
 
-            log = RoutingLog(self.options.route.offload_dir)
+            log = RoutingLog(self.options.route.offload_dir, ROUTING_RESERVE)
             end, self._agreed = log.agreed_end(first, end, self._agreed)
         self._latest = max(self._latest, end)
         return self._offset(end)
@@ -310,7 +311,7 @@ class NexmarkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return event_ranges(lo, hi, step, opts.events, punctuate=True)
         from router.routing_log import RoutingLog, covering, read_current_plan
 
-        log = RoutingLog(opts.route.offload_dir)
+        log = RoutingLog(opts.route.offload_dir, ROUTING_RESERVE)
         segments = log.plan_range(lo, hi, read_current_plan(opts.route.offload_dir))
         if opts.route.route == OFFLOAD_ROUTE and not any(seg.plan.offloads for seg in segments):
             return []  # an inactive router's workers' stream costs the epoch no task (docs/adr/0042)

@@ -20,7 +20,6 @@ from core.errors import ConfigError, InputError
 from core.offload_plan import OffloadPlan
 from router import routing_log
 from router.routing_log import (
-    RESERVE,
     RoutingLog,
     Segment,
     covering,
@@ -399,6 +398,9 @@ def test_a_routed_range_is_on_disk_before_it_is_handed_out(
     assert mark and str(tmp_path) in synced[mark[-1] + 1 :], synced  # the mark, then its directory
 
 
+RESERVE = 1_000_000
+
+
 def _synced(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The paths fsync'ed from now on."""
     synced: list[str] = []
@@ -418,7 +420,7 @@ def test_an_epoch_under_an_unchanged_plan_flushes_nothing_until_the_reservation(
     """The mark on disk runs RESERVE offsets ahead: the epochs that stay within it move only this boot's
     exact mark, and a plan change still starts at the first offset nobody was handed."""
     monkeypatch.setattr(routing_log, "_boot_id", lambda: "boot-1")
-    log = RoutingLog(tmp_path)
+    log = RoutingLog(tmp_path, RESERVE)
     log.plan_range(0, 1000, HALF)
     synced = _synced(monkeypatch)
     for lo in range(1000, 10_000, 1000):
@@ -439,7 +441,7 @@ def test_after_a_power_loss_the_reservation_stands_in_for_the_lost_mark(
     """A machine that lost power comes back in another boot: this boot's marks are gone or ignored, and
     a new plan starts at the reservation, past every offset handed out, which keep their plans."""
     monkeypatch.setattr(routing_log, "_boot_id", lambda: "boot-1")
-    log = RoutingLog(tmp_path)
+    log = RoutingLog(tmp_path, RESERVE)
     log.plan_range(0, 1000, HALF)
     log.plan_range(1000, 5000, HALF)
     monkeypatch.setattr(routing_log, "_boot_id", lambda: "boot-2")
@@ -450,11 +452,18 @@ def test_after_a_power_loss_the_reservation_stands_in_for_the_lost_mark(
     assert log.high_water_mark() == 2 * RESERVE
 
 
-def test_without_a_boot_id_every_mark_is_flushed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(routing_log, "_boot_id", lambda: None)
-    log = RoutingLog(tmp_path)
+@pytest.mark.parametrize(
+    ("boot", "reserve"), [(None, RESERVE), ("boot-1", 0)], ids=["no-boot-id", "no-reserve"]
+)
+def test_without_a_boot_id_or_a_reserve_every_mark_is_flushed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, boot: str | None, reserve: int
+) -> None:
+    """Not on Linux, and in a log whose writer keeps no reserve (a source's files: few and coarse)."""
+    monkeypatch.setattr(routing_log, "_boot_id", lambda: boot)
+    log = RoutingLog(tmp_path, reserve)
     log.plan_range(0, 1000, HALF)
     synced = _synced(monkeypatch)
     log.plan_range(1000, 2000, HALF)
     assert any("routing.hwm" in p for p in synced)
     assert log.high_water_mark() == 2000
+    assert (tmp_path / "routing.hwm").read_text() == "2000"
