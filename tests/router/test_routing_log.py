@@ -32,6 +32,7 @@ LOCAL = OffloadPlan.local(0)
 HALF = OffloadPlan(version=1, share=0.5, workers=2)
 ALL = OffloadPlan(version=2, share=1.0, workers=2)
 LOCAL3 = OffloadPlan.local(3)
+RESERVE = 1_000_000  # the generated source's, in tests of the reservation
 
 
 def test_a_plan_change_applies_from_the_first_offset_nobody_has_routed(tmp_path: Path) -> None:
@@ -379,28 +380,6 @@ def test_a_keyed_stream_routes_by_the_plans_key_groups_and_any_other_by_its_shar
     assert not routed_mask((Segment(0, LOCAL), Segment(2000, plan)), ids, groups).any()
 
 
-def test_a_routed_range_is_on_disk_before_it_is_handed_out(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The log's line, the high-water mark and the directory entry of the mark are flushed to disk
-    before `plan_range` returns: a machine that loses power never forgets an offset it routed."""
-    synced: list[str] = []
-    real = os.fsync
-
-    def fsync(fd: int) -> None:
-        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
-        real(fd)
-
-    monkeypatch.setattr(os, "fsync", fsync)
-    RoutingLog(tmp_path).plan_range(0, 1000, HALF)
-    assert any(p.endswith("routing.jsonl") for p in synced), synced
-    mark = [i for i, p in enumerate(synced) if re.search(r"routing\.hwm", p)]
-    assert mark and str(tmp_path) in synced[mark[-1] + 1 :], synced  # the mark, then its directory
-
-
-RESERVE = 1_000_000
-
-
 def _synced(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The paths fsync'ed from now on."""
     synced: list[str] = []
@@ -412,6 +391,18 @@ def _synced(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(os, "fsync", fsync)
     return synced
+
+
+def test_a_routed_range_is_on_disk_before_it_is_handed_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The log's line, the high-water mark and the directory entry of the mark are flushed to disk
+    before `plan_range` returns: a machine that loses power never forgets an offset it routed."""
+    synced = _synced(monkeypatch)
+    RoutingLog(tmp_path).plan_range(0, 1000, HALF)
+    assert any(p.endswith("routing.jsonl") for p in synced), synced
+    mark = [i for i, p in enumerate(synced) if re.search(r"routing\.hwm", p)]
+    assert mark and str(tmp_path) in synced[mark[-1] + 1 :], synced  # the mark, then its directory
 
 
 def test_an_epoch_under_an_unchanged_plan_flushes_nothing_until_the_reservation(

@@ -209,26 +209,21 @@ def test_output_equals_reference_under_a_fault_schedule(
 SWITCHES = {2: 0.6, 4: 0.05, 6: 0.7}  # after epoch N commits, the share of the next offsets
 
 
-# Q6's winners are Q4's operator, and its running average follows the plan's key groups. Q3's filters
-# keep 2 % of the events: its epochs are larger, so that groups back on the VM meet a record of
-# theirs there and take their state back.
-@pytest.mark.parametrize(
-    ("query", "epoch_events", "fetch"), [("q3", 5_000, "lazy"), ("q6", 2_000, "progressive")]
-)
-def test_groups_switched_back_and_forth_mid_run_move_their_keys_and_equal_the_reference(
-    spark, tmp_path: Path, query: str, epoch_events: int, fetch: str
-) -> None:
+def _switched_run(
+    tmp_path: Path, query: str, epoch_events: int, epochs: int, offload: OffloadConfig, switches: dict
+) -> tuple[dict, Path]:
+    """Run `query` unpaced, publishing the share `switches[N]` once epoch N has committed; the output
+    must equal the reference. Returns the summary and the output directory."""
     from core.offload_plan import OffloadPlan
     from core.spark.offload_session import OFFLOAD_DIR
     from router.routing_log import write_current_plan
 
-    gen = GeneratorConfig(seed=3, events=8 * epoch_events, schedule=RateSchedule.constant(epoch_events))
+    gen = GeneratorConfig(seed=3, events=epochs * epoch_events, schedule=RateSchedule.constant(epoch_events))
     out = tmp_path / "out"
-    offload = OffloadConfig(share=0.05, workers=2, fetch=fetch, round_keys=50)
     done: set[int] = set()
 
     def switch(epoch: dict) -> None:
-        for after, share in SWITCHES.items():
+        for after, share in switches.items():
             if epoch["batchId"] >= after and after not in done:
                 done.add(after)
                 write_current_plan(out / OFFLOAD_DIR, OffloadPlan.of_share(2 + len(done), share, 2))
@@ -244,7 +239,21 @@ def test_groups_switched_back_and_forth_mid_run_move_their_keys_and_equal_the_re
     summary = run_query(config, progress=switch)
     diff = diff_results(read_results(out), reference_for(query, gen, PARAMS))
     assert diff is None, f"{query}: {diff}"
-    assert done == set(SWITCHES)
+    assert done == set(switches)
+    return summary, out
+
+
+# Q6's winners are Q4's operator, and its running average follows the plan's key groups. Q3's filters
+# keep 2 % of the events: its epochs are larger, so that groups back on the VM meet a record of
+# theirs there and take their state back.
+@pytest.mark.parametrize(
+    ("query", "epoch_events", "fetch"), [("q3", 5_000, "lazy"), ("q6", 2_000, "progressive")]
+)
+def test_groups_switched_back_and_forth_mid_run_move_their_keys_and_equal_the_reference(
+    spark, tmp_path: Path, query: str, epoch_events: int, fetch: str
+) -> None:
+    offload = OffloadConfig(share=0.05, workers=2, fetch=fetch, round_keys=50)
+    summary, _ = _switched_run(tmp_path, query, epoch_events, 8, offload, SWITCHES)
     plan = get_query(query).plan(PARAMS)
     for op_id in {c.keyed_op for c in offload_chains(plan)} | set(plan_routed(plan)):
         moved = summary["handoffs"][op_id]
@@ -259,33 +268,11 @@ ON_OFF = {1: 0.5, 3: 0.0, 5: 0.5}  # after epoch N commits, the share of the nex
 
 @pytest.mark.parametrize("query", ["q2", "q5"])
 def test_a_router_switched_off_and_on_loses_and_repeats_nothing(spark, tmp_path: Path, query: str) -> None:
-    from core.offload_plan import OffloadPlan
     from core.spark.offload_session import OFFLOAD_DIR
-    from router.routing_log import RoutingLog, write_current_plan
+    from router.routing_log import RoutingLog
 
-    epoch_events = 2_000
-    gen = GeneratorConfig(seed=5, events=12 * epoch_events, schedule=RateSchedule.constant(epoch_events))
-    out = tmp_path / "out"
-    done: set[int] = set()
-
-    def switch(epoch: dict) -> None:
-        for after, share in ON_OFF.items():
-            if epoch["batchId"] >= after and after not in done:
-                done.add(after)
-                write_current_plan(out / OFFLOAD_DIR, OffloadPlan.of_share(2 + len(done), share, 2))
-
-    config = RunConfig(
-        query=query,
-        generator=gen,
-        output=out,
-        params=PARAMS,
-        max_events_per_batch=epoch_events,
-        offload=OffloadConfig(share=0.0, workers=2),
-    )
-    summary = run_query(config, progress=switch)
-    diff = diff_results(read_results(out), reference_for(query, gen, PARAMS))
-    assert diff is None, f"{query}: {diff}"
-    assert done == set(ON_OFF)
+    offload = OffloadConfig(share=0.0, workers=2)
+    summary, out = _switched_run(tmp_path, query, 2_000, 12, offload, ON_OFF)
     # The offsets really went local, offloaded, local and offloaded again.
     routed = [seg.plan.offloads for seg in RoutingLog(out / OFFLOAD_DIR).segments()]
     assert [k for i, k in enumerate(routed) if i == 0 or k != routed[i - 1]] == [False, True, False, True]
