@@ -261,12 +261,12 @@ def test_groups_switched_back_and_forth_mid_run_move_their_keys_and_equal_the_re
 
 
 # The router off, on, off and on again, by epoch: the workers' stream reads nothing while the plan
-# offloads nothing and picks up the offsets routed to it when offloading resumes. Q2 sends its rows to
-# the sink, Q5 returns partial states.
+# offloads nothing and picks up the offsets routed to it when offloading resumes. Q5's workers return
+# partial states (Q2's sink path measured the same; one query keeps CI's time).
 ON_OFF = {1: 0.5, 3: 0.0, 5: 0.5}  # after epoch N commits, the share of the next offsets
 
 
-@pytest.mark.parametrize("query", ["q2", "q5"])
+@pytest.mark.parametrize("query", ["q5"])
 def test_a_router_switched_off_and_on_loses_and_repeats_nothing(spark, tmp_path: Path, query: str) -> None:
     from core.spark.offload_session import OFFLOAD_DIR
     from router.routing_log import RoutingLog
