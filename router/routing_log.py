@@ -174,7 +174,9 @@ class RoutingLog:
     def high_water_mark(self) -> int:
         """One past the last offset handed out (0 before the first): this boot's exact mark, or after a
         power loss the reservation on disk, which no offset handed out ever reached."""
-        reserved = self._reserved()
+        return self._mark(self._reserved())
+
+    def _mark(self, reserved: int) -> int:
         exact = self._exact()
         return exact if exact is not None and exact <= reserved else reserved
 
@@ -204,14 +206,14 @@ class RoutingLog:
         except (FileNotFoundError, ValueError):
             return None  # a mark it cannot read is one it does not need: the reservation is safe
 
-    def _move_mark(self, end: int, appended: bool) -> None:
+    def _move_mark(self, end: int, appended: bool, reserved: int) -> None:
         """Hand out offsets below `end`: the reservation first, flushed, when a line was appended or
         `end` passes it; then this boot's exact mark, replaced whole without a flush."""
         boot = _boot_id()
         if boot is None or self.reserve <= 0:
             atomic_write.write_text(self._hwm, str(end))
             return
-        if appended or end > self._reserved():
+        if appended or end > reserved:
             atomic_write.write_text(self._hwm, str(end + self.reserve))
         atomic_write.write_text(self._at, f"{boot} {end}", durable=False)
 
@@ -220,7 +222,8 @@ class RoutingLog:
         if end < start:
             raise ConfigError(f"offset range [{start}, {end}) is reversed")
         with self._locked():
-            hwm = self.high_water_mark()
+            reserved = self._reserved()
+            hwm = self._mark(reserved)
             contents = self._read()
             segments, cut = self._committed(contents, hwm)
             if cut < len(contents.data):
@@ -235,7 +238,7 @@ class RoutingLog:
                         f.flush()
                         os.fsync(f.fileno())
                     segments.append(segment)
-                self._move_mark(end, appended)
+                self._move_mark(end, appended, reserved)
         return covering(segments, start, end)
 
     def agreed_end(self, start: int, end: int, last: str | None) -> tuple[int, str]:

@@ -266,13 +266,12 @@ def test_groups_switched_back_and_forth_mid_run_move_their_keys_and_equal_the_re
 ON_OFF = {1: 0.5, 3: 0.0, 5: 0.5}  # after epoch N commits, the share of the next offsets
 
 
-@pytest.mark.parametrize("query", ["q5"])
-def test_a_router_switched_off_and_on_loses_and_repeats_nothing(spark, tmp_path: Path, query: str) -> None:
+def test_a_router_switched_off_and_on_loses_and_repeats_nothing(spark, tmp_path: Path) -> None:
     from core.spark.offload_session import OFFLOAD_DIR
     from router.routing_log import RoutingLog
 
     offload = OffloadConfig(share=0.0, workers=2)
-    summary, out = _switched_run(tmp_path, query, 2_000, 12, offload, ON_OFF)
+    summary, out = _switched_run(tmp_path, "q5", 2_000, 12, offload, ON_OFF)
     # The offsets really went local, offloaded, local and offloaded again.
     routed = [seg.plan.offloads for seg in RoutingLog(out / OFFLOAD_DIR).segments()]
     assert [k for i, k in enumerate(routed) if i == 0 or k != routed[i - 1]] == [False, True, False, True]
