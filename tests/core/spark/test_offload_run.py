@@ -129,14 +129,18 @@ def test_offloaded_output_equals_reference(
         assert summary["worker_cpu_s"] > 0  # the workers' CPU on the chunks they resolved
         # Per node, the workers' records: every node of the chains (and of the pairs or keyed stages
         # they reach) ran some, and each worker's chunk entered its chain at the first node, so those
-        # add up to the records offloaded.
+        # add up to the records offloaded. A chunk that no worker took in time ran in the agent (a
+        # worker still cold-starting on a loaded machine), and its chain's nodes may then have none.
         plan = get_query(query).plan(PARAMS)
         chains = offload_chains(plan)
         per_node = summary["operators_offloaded"]
         want = {n for c in chains for n in (*c.node_ids, *c.fused, *([c.keyed_op] if c.keyed_op else []))}
         want |= set(plan_routed(plan))  # fed through the VM: workers step the plan's key groups
         want |= set(fused_top_ks(plan))  # workers rank the closed windows' key groups
-        assert set(per_node) == want, per_node
+        if summary["chunks_run_locally"] == 0:
+            assert set(per_node) == want, per_node
+        else:
+            assert set(per_node) <= want and per_node, summary
         assert all(n > 0 for n in per_node.values()), per_node
         assert sum(per_node.get(c.node_ids[0], 0) for c in chains) == summary["records_offloaded"], per_node
         # The rows of chains that end at the sink went straight into it (core/direct_sink.py).
