@@ -59,10 +59,11 @@ def test_a_stopped_run_resumes_without_losing_or_repeating(tmp_path: Path, strea
     out = tmp_path / "out"
     stop = threading.Event()
 
-    def after_an_epoch(progress: dict) -> None:
-        stop.set()  # the run stops once no epoch is in flight: once the first part is read
+    def after_two_epochs(progress: dict) -> None:
+        if progress["batchId"] >= 1:
+            stop.set()  # the run stops once no epoch is in flight
 
-    first = run_query(config(out, endpoint, max_events_per_batch=300), progress=after_an_epoch, stop=stop)
+    first = run_query(config(out, endpoint, max_events_per_batch=300), progress=after_two_epochs, stop=stop)
     assert first["stopped"] and first["epochs"] >= 2
     expected = reference_for("q1", GEN, PARAMS)
     assert 0 < read_results(out).num_rows < expected.num_rows  # stopped mid-stream
