@@ -52,13 +52,14 @@ $(STAMP): pyproject.toml constraints.txt core/wire/agent.proto
 	@touch $(STAMP)
 	@echo "setup: done; the CLI is $(BIN)/sponge"
 
-# Three lanes, each always run; any failing fails the target. The fast lane and the Spark and process
-# lane run two tests at a time (pytest-xdist; a file's tests stay on one worker, so its module fixtures
-# start once); the solo lane, whose tests run drills or clusters or assert on timing, one at a time
-# after them.
+# Three lanes, each always run; any failing fails the target. The fast lane runs two tests at a time
+# (pytest-xdist), one per core. The Spark and process lane runs three (a file's tests stay on one
+# worker, so its module fixtures start once): its tests wait on processes and epochs often enough that
+# two left the cores idle a good part of the time, and three took half the time. The solo lane, whose
+# tests run drills or clusters or assert on timing, runs one at a time after them.
 test: setup
 	@$(BIN)/python -m pytest -m "not spark and not slow" -n 2; fast=$$?; \
-	$(BIN)/python -m pytest -m "(spark or slow) and not solo" -n 2 --dist loadfile; slow=$$?; \
+	$(BIN)/python -m pytest -m "(spark or slow) and not solo" -n 3 --dist loadfile; slow=$$?; \
 	$(BIN)/python -m pytest -m "(spark or slow) and solo"; solo=$$?; \
 	exit $$(( (fast != 0 && fast != 5) || (slow != 0 && slow != 5) || (solo != 0 && solo != 5) ))  # 5: empty lane
 

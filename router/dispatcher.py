@@ -45,10 +45,15 @@ class Refusal:
     corrupt: bool = False
 
 
+DEFAULT_LOCAL_FALLBACK_S = 2.0
+"""How long a chunk waits for a worker before the agent runs it itself: a warm worker takes one at
+once, so only a cold start or a fleet at its limit waits this long."""
+
+
 @dataclass(frozen=True)
 class DispatchConfig:
     chunk_timeout_s: float = 30.0
-    local_fallback_s: float = 2.0
+    local_fallback_s: float = DEFAULT_LOCAL_FALLBACK_S
     max_dispatches: int = 3
     local_threads: int = 1
 

@@ -41,6 +41,7 @@ from core.offload_plan import DEFAULT_OFFLOAD_COST, OffloadPlan
 from core.plan import LogicalPlan
 from merge.keyed_batch import ROUND_KEYS, Fetch
 from router.agent.warm_pool import DEFAULT_KEEP_WARM_S, WarmPoolConfig
+from router.dispatcher import DEFAULT_LOCAL_FALLBACK_S
 
 TARGETS = ("embedded", "localstack", "aws")  # localstack and aws: a stack deployed by `sponge deploy`
 TLS, MTLS = "tls", "mtls"
@@ -60,6 +61,7 @@ class OffloadConfig:
     faults: tuple[FaultSpec, ...] = ()
     chunk_rows: int = 16_384
     chunk_timeout_s: float = 10.0
+    local_fallback_s: float = DEFAULT_LOCAL_FALLBACK_S  # then a chunk no worker took runs in the agent
     function_timeout_s: float = 60.0  # the embedded fleet's; a deployed function's own timeout wins
     deployment: Any = (
         None  # core.deployment.Deployment of a localstack/aws target, read once from its stack file
@@ -214,6 +216,7 @@ class OffloadSession:
                 max_workers=self.config.workers,
                 faults=tuple(f for f in self.config.faults if f.kind in AGENT_KINDS),
                 chunk_timeout_s=self.config.chunk_timeout_s,
+                local_fallback_s=self.config.local_fallback_s,
                 function_timeout_s=self._function_timeout_s(),
                 log_path=self.dir / "workers.log",
                 function=self._function(),
