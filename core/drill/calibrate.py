@@ -32,6 +32,10 @@ TARGET_UTILISATION = 0.7
 SKIP_EPOCHS = 2  # the first epochs of a query pay for planning and code generation
 
 
+class UnfittedProbe(SpongeError):
+    """A probe whose epochs were too few, or all of one size, to fit T = F + c n."""
+
+
 @dataclass(frozen=True)
 class EpochCost:
     """T = fixed_s + per_event_s x events, fitted over `epochs` epochs of a probe."""
@@ -61,7 +65,7 @@ def fit(epochs: Sequence[Epoch], skip: int = SKIP_EPOCHS) -> EpochCost:
     rows = [(n, t) for n, t in rows[skip:] if n > 0 and t > 0]
     sizes = {n for n, _ in rows}
     if len(rows) < 4 or len(sizes) < 2:
-        raise SpongeError(
+        raise UnfittedProbe(
             f"the probe produced {len(rows)} usable epochs, too few to fit the VM's epoch cost",
             hint="run the drill with --rate to set the stable rate by hand",
         )

@@ -41,6 +41,7 @@ from core.drill.calibrate import (
     PROBE_VERSION,
     Calibration,
     EpochCost,
+    UnfittedProbe,
     fit,
     offload_cost,
 )
@@ -230,8 +231,15 @@ def calibrate(config: DrillConfig, status: Callable[[str], None]) -> Calibration
         plain = _probe(config, "probe", 0.0, status)
         found = Calibration(rate=round(plain.stable_rate(BATCH_CAP), -2), offload_cost=0.0, plain=plain)
     if found.routed is None and found.plain is not None and "sponge" in config.policies:
-        routed = _probe(config, "probe-offload", PROBE_SHARE, status)
-        found = replace(found, routed=routed, offload_cost=offload_cost(found.plain, routed, PROBE_SHARE))
+        try:
+            routed = _probe(config, "probe-offload", PROBE_SHARE, status)
+        except UnfittedProbe as e:
+            # A machine slow enough for few, long epochs: the stable rate stands, and the offload cost
+            # only tunes sponge's share. Not cached: the next drill probes again.
+            status(f"{e}: sponge uses the default offload cost ({DEFAULT_OFFLOAD_COST:g} of a kept event)")
+            found = replace(found, offload_cost=DEFAULT_OFFLOAD_COST)
+        else:
+            found = replace(found, routed=routed, offload_cost=offload_cost(found.plain, routed, PROBE_SHARE))
         status(found.describe())
     cache.write_text(json.dumps({"key": key, "calibration": found.to_json()}))
     return replace(found, rate=config.stable_rate) if config.stable_rate else found

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from core.drill.calibrate import (
@@ -90,3 +92,30 @@ def test_a_warm_up_s_small_epochs_give_the_fixed_cost_without_its_first_slow_one
         t += d
     assert fixed_from_small_epochs(list(reversed(epochs))) == pytest.approx(0.8)
     assert fixed_from_small_epochs([]) is None
+
+
+def test_an_offload_probe_too_short_to_fit_leaves_the_default_offload_cost_and_probes_next_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a machine slow enough for a few long epochs the routed probe cannot be fitted: the drill goes
+    on with the plain probe's rate and the default offload cost, and its next run probes again."""
+    from core.drill import drill
+
+    plain = EpochCost(fixed_s=1.0, per_event_s=2e-6, epochs=9)
+    probed: list[str] = []
+
+    def probe(config, name, share, status):  # type: ignore[no-untyped-def]
+        probed.append(name)
+        if share:
+            fit(epochs([(10_000, 20e-6)] * 2))  # too few epochs: raises
+        return plain
+
+    monkeypatch.setattr(drill, "_probe", probe)
+    config = drill.DrillConfig(report=tmp_path, policies=("sponge", "noscaling"))
+    said: list[str] = []
+    found = drill.calibrate(config, said.append)
+    assert found.rate == round(plain.stable_rate(BATCH_CAP), -2) and found.routed is None
+    assert found.offload_cost == DEFAULT_OFFLOAD_COST
+    assert any("too few" in s and "default offload cost" in s for s in said)
+    assert drill.calibrate(config, said.append) == found
+    assert probed == ["probe", "probe-offload", "probe-offload"]  # the plain probe came from the cache
