@@ -235,7 +235,7 @@ def calibrate(config: DrillConfig, status: Callable[[str], None]) -> Calibration
             routed = _probe(config, "probe-offload", PROBE_SHARE, status)
         except UnfittedProbe as e:
             # A machine slow enough for few, long epochs: the stable rate stands, and the offload cost
-            # only tunes sponge's share. Not cached: the next drill probes again.
+            # only tunes sponge's share. The routed fit stays unset, so the next drill probes again.
             status(f"{e}: sponge uses the default offload cost ({DEFAULT_OFFLOAD_COST:g} of a kept event)")
             found = replace(found, offload_cost=DEFAULT_OFFLOAD_COST)
         else:
