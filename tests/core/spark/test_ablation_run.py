@@ -55,7 +55,7 @@ class _MigrateOnce(RunHooks):
 def _config(tmp_path: Path, seed: int, share: float, baseline: str) -> RunConfig:
     return RunConfig(
         query="q5",
-        generator=GeneratorConfig(seed=seed, events=20_000, schedule=RateSchedule.constant(1_000)),
+        generator=GeneratorConfig(seed=seed, events=14_000, schedule=RateSchedule.constant(1_000)),
         output=tmp_path / "out",
         params=PARAMS,
         max_events_per_batch=2_000,
@@ -77,7 +77,7 @@ def test_a_baselines_output_equals_reference_across_a_migration(
     spark, tmp_path: Path, baseline: str, start: float, then: float
 ) -> None:
     config = _config(tmp_path, 3, start, baseline)
-    hooks = _MigrateOnce(then, after=4)
+    hooks = _MigrateOnce(then, after=4)  # of seven epochs
     summary = run_query(config, progress=hooks.epoch, hooks=hooks)
     assert hooks.restarts == 1
     _assert_exact(config)
