@@ -1,6 +1,7 @@
 """A real one-cell drill matrix through the console script, its cell a short sponge drill: the policy
-waits for a steady run, offloads nothing before the onset and the burst after it, the output matches
-the reference; the table, JSON and heat-map are written, and a second run keeps the cell."""
+waits for a steady run (or for the burst, if the run never settles), offloads nothing before the onset
+and the burst after it, the output matches the reference; the table, JSON and heat-map are written, and
+a second run keeps the cell."""
 
 from __future__ import annotations
 
@@ -78,12 +79,18 @@ def test_a_one_cell_matrix_of_a_steady_sponge_drill_offloads_the_burst_only_and_
     rates = data["rate_by_second"]
     assert rates[0] < 0.5 * rates[LEAD_S - 1], "the lead-in ramps up, so the new query starts level"
     assert run["deployment"]["spark"] == "standalone" and run["deployment"]["vm_cores"] == 1
-    # The policy decided nothing until the run was steady, and nothing was offloaded before the onset.
-    assert run["steady_s"] is not None and run["steady_s"] < LEAD_S, run["steady_s"]
+    # The policy decided nothing until the run was steady, or, on a machine too slow for the run to
+    # settle in the lead-in (CI's has run 4-10x slower than usual), until the burst's onset.
     log = (report / "sponge" / "output-decisions.jsonl").read_text().splitlines()[1:]
     decisions = [json.loads(line)["decision"] for line in log]
     assert len(decisions) > 10  # one per second once armed
-    assert decisions[0]["t"] >= run["steady_s"] - 1.0  # a sample's time is its second's start
+    steady_s = run["steady_s"]
+    if steady_s is not None and steady_s < LEAD_S:
+        assert decisions[0]["t"] >= steady_s - 1.0  # a sample's time is its second's start
+    else:
+        assert "did not reach a steady state before the onset" in (report / "report.md").read_text()
+        assert decisions[0]["t"] >= LEAD_S
+    # Nothing was offloaded before the onset either way.
     early = [d for d in decisions if d["t"] < LEAD_S and d["share"] > 0]
     assert not early, f"offloaded before the onset at {LEAD_S} s: {early}"
     assert run["before_onset"] == {"max_share": 0.0, "worker_seconds": 0.0}
