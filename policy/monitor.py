@@ -174,13 +174,18 @@ class Monitor:
 
     def mark(self) -> None:
         """Start the recent window: the next observation also reports the input rate since now."""
-        self._mark = (self._clock(), self._released())
+        released = self._released()
+        self._mark = (self._clock(), released)
 
     def observe(self) -> Observation:
+        """Why the reads come in this order: a rate is offsets over seconds, so the clock is read right
+        after the offsets, and the process tree's CPU (slow on a loaded machine) only after both. Read
+        the other way, a 0.3 s CPU read on a slow machine made a 10,000 events/s input look like
+        110,000 over a recent window of a fraction of a second, and fired the input-rate trigger."""
         started = time.perf_counter()
+        released, committed = self._released(), self._committed()
         now = self._clock()
         cpu_s = self._cpu.seconds()
-        released, committed = self._released(), self._committed()
         cores = self._vm_cores()
         cpu = None
         input_rate = processed_rate = 0.0

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import psutil
+import pytest
 
 from policy.monitor import Monitor, ProcessTreeCpu
 
@@ -144,3 +145,31 @@ def test_a_mark_makes_the_next_observation_report_the_recent_input_rate() -> Non
     obs = monitor.observe()
     assert (obs.input_rate, obs.recent_input_rate, obs.arrival_rate) == (16_000, 24_000, 24_000)
     assert monitor.observe().recent_input_rate is None
+
+
+def test_a_slow_cpu_read_does_not_inflate_the_input_rate() -> None:
+    """A paced source releases 10,000 events/s by the clock; reading the process tree's CPU takes 0.3 s
+    (a loaded machine). The rates pair each offset with the clock read beside it, so both the second's
+    rate and the recent quarter-second's stay 10,000/s."""
+    now = [0.0]
+
+    class SlowCpu(ProcessTreeCpu):
+        def seconds(self) -> float:
+            now[0] += 0.3
+            return 0.0
+
+    monitor = Monitor(
+        cpu=SlowCpu(lambda: [os.getpid()]),
+        vm_cores=lambda: 1,
+        released=lambda: int(10_000 * now[0]),
+        committed=lambda: 0,
+        last_epoch_s=lambda: 1.0,
+        origin=0.0,
+        clock=lambda: now[0],
+    )
+    monitor.observe()
+    now[0] = 1.0
+    monitor.mark()
+    now[0] = 1.25
+    obs = monitor.observe()
+    assert obs.input_rate == pytest.approx(10_000) and obs.recent_input_rate == pytest.approx(10_000)
