@@ -33,7 +33,7 @@ from core.fault_spec import FaultSpec
 from core.wire.protocol import ChannelTls, grpc_module, open_channel
 from router.agent import ready_port
 from router.agent.warm_pool import WarmPoolConfig
-from router.dispatcher import DEFAULT_LOCAL_FALLBACK_S
+from router.dispatcher import DEFAULT_CHUNK_TIMEOUT_S, DEFAULT_LOCAL_FALLBACK_S
 from router.invokers.lambda_api import INVOCATION_TYPES
 from router.stats import INJECTED_KILL_WORKER, WORKERS_PREWARMED
 
@@ -125,7 +125,7 @@ class AgentProcessConfig:
     max_workers: int
     function: LambdaFunction | None = None
     faults: tuple[FaultSpec, ...] = ()
-    chunk_timeout_s: float = 10.0
+    chunk_timeout_s: float = DEFAULT_CHUNK_TIMEOUT_S
     local_fallback_s: float = DEFAULT_LOCAL_FALLBACK_S
     function_timeout_s: float = 60.0
     concurrency_limit: int | None = None

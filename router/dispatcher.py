@@ -49,10 +49,14 @@ DEFAULT_LOCAL_FALLBACK_S = 2.0
 """How long a chunk waits for a worker before the agent runs it itself: a warm worker takes one at
 once, so only a cold start or a fleet at its limit waits this long."""
 
+DEFAULT_CHUNK_TIMEOUT_S = 10.0
+"""How long a worker may hold a chunk before the agent takes it back and gives it to another: a
+chunk's work is well under a second, so a worker this late has stalled; a stall costs this long."""
+
 
 @dataclass(frozen=True)
 class DispatchConfig:
-    chunk_timeout_s: float = 30.0
+    chunk_timeout_s: float = DEFAULT_CHUNK_TIMEOUT_S
     local_fallback_s: float = DEFAULT_LOCAL_FALLBACK_S
     max_dispatches: int = 3
     local_threads: int = 1

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from core.errors import ConfigError
+from router.dispatcher import DEFAULT_CHUNK_TIMEOUT_S
 
 QueryArg = Annotated[str, typer.Argument(help="NEXMark query, q0..q8 (see `sponge queries`).")]
 JobArg = Annotated[
@@ -173,7 +174,7 @@ ChunkTimeoutOpt = Annotated[
         "--chunk-timeout",
         min=0.1,
         help="Seconds a worker may hold a chunk before the agent takes it back and gives it to another "
-        "worker (default 10); a stalled worker (slow-worker) costs this long.",
+        f"worker (default {DEFAULT_CHUNK_TIMEOUT_S:g}); a stalled worker (slow-worker) costs this long.",
     ),
 ]
 InjectOpt = Annotated[

@@ -41,7 +41,7 @@ from core.offload_plan import DEFAULT_OFFLOAD_COST, OffloadPlan
 from core.plan import LogicalPlan
 from merge.keyed_batch import ROUND_KEYS, Fetch
 from router.agent.warm_pool import DEFAULT_KEEP_WARM_S, WarmPoolConfig
-from router.dispatcher import DEFAULT_LOCAL_FALLBACK_S
+from router.dispatcher import DEFAULT_CHUNK_TIMEOUT_S, DEFAULT_LOCAL_FALLBACK_S
 
 TARGETS = ("embedded", "localstack", "aws")  # localstack and aws: a stack deployed by `sponge deploy`
 TLS, MTLS = "tls", "mtls"
@@ -60,7 +60,7 @@ class OffloadConfig:
     target: str = "embedded"
     faults: tuple[FaultSpec, ...] = ()
     chunk_rows: int = 16_384
-    chunk_timeout_s: float = 10.0
+    chunk_timeout_s: float = DEFAULT_CHUNK_TIMEOUT_S
     local_fallback_s: float = DEFAULT_LOCAL_FALLBACK_S  # then a chunk no worker took runs in the agent
     function_timeout_s: float = 60.0  # the embedded fleet's; a deployed function's own timeout wins
     deployment: Any = (

@@ -27,7 +27,7 @@ from router.agent import ready_line
 from router.agent.config import AgentConfig
 from router.agent.server import AgentServer
 from router.agent.warm_pool import Programs, Round, WarmPool, WarmPoolConfig
-from router.dispatcher import DEFAULT_LOCAL_FALLBACK_S, DispatchConfig
+from router.dispatcher import DEFAULT_CHUNK_TIMEOUT_S, DEFAULT_LOCAL_FALLBACK_S, DispatchConfig
 from router.faults import check_can_kill
 from router.fleet import FleetConfig
 from router.invokers import make_invoker
@@ -79,7 +79,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         help="boto3: Event (202 at once; a throttle is queued by Lambda) or RequestResponse (held for the "
         "worker's whole session; a throttle is an immediate 429)",
     )
-    p.add_argument("--chunk-timeout-s", type=float, default=30.0)
+    p.add_argument("--chunk-timeout-s", type=float, default=DEFAULT_CHUNK_TIMEOUT_S)
     p.add_argument("--local-fallback-s", type=float, default=DEFAULT_LOCAL_FALLBACK_S)
     p.add_argument("--idle-timeout-s", type=float, default=10.0)
     p.add_argument(

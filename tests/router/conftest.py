@@ -41,7 +41,9 @@ def make_agent(secret: bytes) -> Iterator[Callable[..., AgentServer]]:
             secret=secret,
             host="127.0.0.1",
             **(agent or {}),
-            dispatch=DispatchConfig(**{"local_fallback_s": 10.0, **(dispatch or {})}),
+            dispatch=DispatchConfig(
+                **{"local_fallback_s": 10.0, "chunk_timeout_s": 30.0, **(dispatch or {})}
+            ),
             fleet=FleetConfig(**{"max_workers": 2, "idle_timeout_s": 5.0, "safety_margin_s": 1.0, **fleet}),
         )
         agent = AgentServer(config, invoker)

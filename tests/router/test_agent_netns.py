@@ -72,7 +72,7 @@ def test_workers_on_another_network_reach_the_agent_at_its_advertised_address_ov
         host=VM,  # listens on the VM's side of the link only: loopback in the workers' network is not it
         advertise_address=None,
         tls_dir=tls_dir,
-        dispatch=DispatchConfig(local_fallback_s=60.0),  # the chunk must come back from a worker
+        dispatch=DispatchConfig(local_fallback_s=60.0, chunk_timeout_s=60.0),  # from a worker, not the agent
         fleet=FleetConfig(max_workers=1, idle_timeout_s=5.0),
     )
     data = bids(4_000)
