@@ -312,7 +312,9 @@ def _spec(config: DrillConfig, policy: str, trace: Trace, per_core: float, route
         standalone=True,
         warm_vms=1 if policy == "vminit" else 0,
         vms_on_burst=1 if vms else 0,
-        persistent=policy == "sponge" and bool(config.worker_cpus),  # a burst that persists goes to a VM
+        # A burst that persists goes from the workers to a VM; with nothing offloaded (offloading does not
+        # pay for the query on this machine) there is no load on workers to hand over.
+        persistent=policy == "sponge" and routed and bool(config.worker_cpus),
         vm_launch_delay_s=config.vm_launch_delay_s,
         memory=replace(config.memory, executor_mb=config.memory.executor_mb or DEFAULT_EXECUTOR_MB),
         kinesis=_stream_of(config, policy),

@@ -230,7 +230,12 @@ def test_sfbase_runs_where_state_moves_by_key_and_is_refused_with_why_elsewhere(
     sfbase = drill._spec(config, "sfbase", trace, 1.0, routed=True)
     assert sfbase.ablation == "sfbase" and sfbase.offload and sfbase.controlled and not sfbase.persistent
     assert sfbase.prewarm == config.max_workers  # warm as Sponge's workers (paper 6.1)
-    assert drill._spec(config, "sponge", trace, 1.0, routed=True).ablation is None
+    sponge = drill._spec(config, "sponge", trace, 1.0, routed=True)
+    assert sponge.ablation is None and sponge.persistent
+    # Where offloading does not pay (a calibration of Q3 put an offloaded event at 2x a kept one), sponge
+    # watches the plain plan: no workers, so no persistent burst to hand to a VM, and the run is valid.
+    plain = drill._spec(config, "sponge", trace, 1.0, routed=False)
+    assert plain.controlled and not plain.offload and not plain.persistent
     with pytest.raises(ConfigError, match="launch delay"):
         drill.DrillConfig(policies=("vmbase",), vm_launch_delay_s=-1.0)
     config = drill.DrillConfig(policies=("noscaling", "vmbase", "vminit"), vm_launch_delay_s=3.0)
