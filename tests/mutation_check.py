@@ -46,6 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 VENVS = (".venv", ".localstack-venv")
 GENERATED = ("core/wire/_generated",)  # built at set-up, ignored by git, imported by the tests
 OFFLOAD_RUN = "tests/core/spark/test_offload_run.py"
+OFFLOAD_FAULTS = "tests/core/spark/test_offload_faults.py"
 # The end-to-end runs (Spark, the agent and workers, checked against the DuckDB reference), picked by
 # -k so the selection survives new parametrizations: ids are <query>-<seed>-<share>.
 E2E = f"{OFFLOAD_RUN} -k test_offloaded_output_equals_reference and "
@@ -107,7 +108,7 @@ MUTATIONS: tuple[Mutation, ...] = (
             "tests/router/test_source_router.py",
             "tests/core/test_direct_sink.py",
             f"{E2E}q5-1-0.3",
-            f"{OFFLOAD_RUN} -k fault and q2-",  # chunk_rows=500: tasks of several chunks, direct sink
+            f"{OFFLOAD_FAULTS} -k q2-",  # chunk_rows=500: tasks of several chunks, direct sink
         ),
     ),
     Mutation(

@@ -14,7 +14,7 @@ from core.fault_spec import DRIVER_KILL, parse_all
 
 RUN = ChaosRun("q8", 4_000, 1_000, 0.5, 2)  # four epochs: a schedule takes about half a minute
 SEED = 9  # a driver kill (resumed) and a stalled worker; the other kinds are the in-process schedules' of
-# tests/core/spark/test_offload_run.py, and task failures tests/core/spark/test_cli_run.py's
+# tests/core/spark/test_offload_faults.py, and task failures tests/core/spark/test_cli_run.py's
 
 
 def test_a_seed_draws_the_same_schedule_and_resumed_runs_drop_counted_faults(tmp_path: Path) -> None:
