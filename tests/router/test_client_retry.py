@@ -94,6 +94,15 @@ def _is_worker(pid: int) -> bool:
         return False
 
 
+# An agent whose worker stalls every chunk for 60 s. The chunk must reach the worker, never the agent's
+# local fallback: a cold worker on a loaded machine (CI's -n 3 lane) takes more than the default 2 s.
+STALLING = (
+    *("--inject", "slow-worker:share=1,delay=60s"),
+    *("--chunk-timeout-s", "60"),
+    *("--local-fallback-s", "60"),
+)
+
+
 def _stalled_chunk_in_flight(client: AgentClient, pool: ThreadPoolExecutor, data: pa.Table) -> Any:
     """Offload a chunk the agent stalls on its worker (slow-worker:share=1); returns its future."""
     future = pool.submit(client.offload, 1, 0, 0, Q7, data)
@@ -105,7 +114,7 @@ def _stalled_chunk_in_flight(client: AgentClient, pool: ThreadPoolExecutor, data
 @pytest.mark.slow  # the agent as its own process
 def test_workers_do_not_outlive_a_killed_agent(agent_cli, secret) -> None:  # type: ignore[no-untyped-def]
     port = _free_port()
-    agent = agent_cli(port, "--inject", "slow-worker:share=1,delay=60s", "--chunk-timeout-s", "60")
+    agent = agent_cli(port, *STALLING)
     with AgentClient(f"127.0.0.1:{port}", secret, retry_budget_s=0) as client, ThreadPoolExecutor(1) as pool:
         pending = _stalled_chunk_in_flight(client, pool, bids(2_000))
         workers = _workers_of(agent.pid)
@@ -120,7 +129,7 @@ def test_workers_do_not_outlive_a_killed_agent(agent_cli, secret) -> None:  # ty
 @pytest.mark.slow  # the agent as its own process
 def test_offload_survives_an_agent_restart_on_the_same_address(agent_cli, secret) -> None:  # type: ignore[no-untyped-def]
     port = _free_port()
-    first = agent_cli(port, "--inject", "slow-worker:share=1,delay=60s", "--chunk-timeout-s", "60")
+    first = agent_cli(port, *STALLING)
     data = bids(5_000)
     want = sorted_rows(Q7.compile().run_table(data))
     with AgentClient(f"127.0.0.1:{port}", secret, retry_budget_s=60) as client, ThreadPoolExecutor(2) as pool:
