@@ -476,6 +476,8 @@ def _run(spec: PolicyRun, pool: Any) -> dict[str, Any]:
     # there runs in WARMUP_EPOCHS small epochs. An offloading run warms its routed plan in small
     # epochs too: warmed by the plain plan only, its first routed epoch took 13.7 s and the next ten
     # 1.9-2.9 s before settling at 1.3 s; warmed on the routed plan, 2.7 s and then 1.3-1.6 s (Q5).
+    # On a standalone cluster each warm-up epoch runs in one task per executor slot, so every Python
+    # worker the trace's biggest epochs run at once is started before the trace (source.py split_step).
     epochs = WARMUP_EPOCHS if pool is not None or offload is not None else 1
     warmup: list[Epoch] = []
     run_query(
@@ -487,6 +489,7 @@ def _run(spec: PolicyRun, pool: Any) -> dict[str, Any]:
             offload=replace(offload, share=WARMUP_SHARE, prewarm=0) if offload is not None else None,
             output=out.parent / f"{out.name}-warmup",
             max_events_per_batch=WARMUP_EVENTS // epochs if epochs > 1 else config.max_events_per_batch,
+            tasks_per_epoch=SLOTS_PER_CPU * len(spec.vm_cpus) if pool is not None else 0,
         ),
         progress=lambda p: _keep_epoch(p, warmup),
     )

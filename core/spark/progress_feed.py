@@ -5,6 +5,11 @@ Spark posts a progress event per batch to the session's `StreamingQueryListener`
 poller that falls behind loses batches and one that keeps up costs the driver a share of a core.
 The listener runs on py4j's callback thread; it only queues, and the run's own thread takes the
 progress from the queue, so callers' progress hooks run where they always did.
+
+A progress event crosses py4j as its JSON alone (`_JsonProgressBridge`). PySpark's own bridge first
+rebuilds the whole event field by field, one py4j round trip each, and on one VM core that cost an
+epoch of a routed Q5 plan (two sources, more operators) about 60 ms of the driver's Python and as
+much of its JVM: a fixed cost per epoch that pacing turns into longer epochs (docs/adr/0055).
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import threading
 from typing import Any
 
 from pyspark.sql.streaming import StreamingQueryListener
-from pyspark.sql.streaming.listener import StreamingQueryProgress
+from pyspark.sql.streaming.listener import JStreamingQueryListener, StreamingQueryProgress
 
 
 class ProgressFeed(StreamingQueryListener):
@@ -33,12 +38,28 @@ class ProgressFeed(StreamingQueryListener):
             with self._changed:
                 self._ids.add(str(event.id))
 
+    @property
+    def _jlistener(self) -> Any:
+        """What Spark's listener bus calls: PySpark's wrapper around our bridge, not around its own."""
+        if not hasattr(self, "_bridge"):
+            from pyspark import SparkContext
+
+            jvm = SparkContext._jvm
+            assert jvm is not None, "a progress feed is added to a running session"
+            self._bridge = jvm.PythonStreamingQueryListenerWrapper(_JsonProgressBridge(self))
+        return self._bridge
+
     def onQueryProgress(self, event: Any) -> None:
-        if event.progress.name != self._name:
+        self.progressed(event.progress.json)
+
+    def progressed(self, progress_json: str) -> None:
+        """One batch's progress, as Spark's JSON: rebuilt from it exactly as `lastProgress` builds it
+        (PySpark's field-by-field conversion writes a missing offset, the first batch's start, as the
+        text "None", not as JSON)."""
+        raw = json.loads(progress_json)
+        if raw.get("name") != self._name:
             return
-        # Rebuilt from its JSON exactly as `lastProgress` builds it: the event's own conversion writes
-        # a missing offset (the first batch's start) as the text "None", not as JSON.
-        progress = StreamingQueryProgress.fromJson(json.loads(event.progress.json))
+        progress = StreamingQueryProgress.fromJson(raw)
         with self._changed:
             self._ready.append(progress)
             self._changed.notify_all()
@@ -73,3 +94,11 @@ class ProgressFeed(StreamingQueryListener):
         """The error the query ended with, if it failed (a stop asked for is not a failure)."""
         with self._changed:
             return self._failure
+
+
+class _JsonProgressBridge(JStreamingQueryListener):
+    """PySpark's py4j bridge to a listener, but a progress event reaches it as its JSON: two py4j
+    calls (the event's progress, its JSON) instead of one per field of the event."""
+
+    def onQueryProgress(self, jevent: Any) -> None:
+        self.pylistener.progressed(jevent.progress().json())

@@ -52,6 +52,7 @@ class RunConfig:
     pace: bool = False
     max_events_per_batch: int = 200_000
     min_partitions: int = 1  # the fewest tasks a generated epoch is split into: the VM cores (source.py)
+    tasks_per_epoch: int = 0  # > 0: every generated epoch in exactly this many tasks (source.py split_step)
     # The VM capacity scale the driver publishes for the source's cap (core/spark/admission.py); None:
     # the cap stays max_events_per_batch (times the offloaded share's scale).
     capacity_file: Path | None = None
@@ -77,6 +78,8 @@ class RunConfig:
             raise ConfigError("max events per batch must be positive", hint="pass a positive --batch-events")
         if self.min_partitions <= 0:
             raise ConfigError("an epoch needs at least one task", hint="set min_partitions to the VM cores")
+        if self.tasks_per_epoch < 0:
+            raise ConfigError("tasks per epoch cannot be negative", hint="0 splits epochs by their size")
         if self.max_files_per_batch <= 0:
             raise ConfigError("max files per batch must be positive", hint="pass a positive --batch-files")
         if self.input is not None and self.pace:

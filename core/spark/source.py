@@ -16,8 +16,9 @@ the stream reader is created), max_events_per_batch (200000), records_per_task (
 the offsets that hold about this many of the entity's records, so a person task covers 50 times the
 offsets of a bid task; a Python source task costs ~0.1 s whatever it holds, ADR 0016), min_partitions
 (1: the fewest tasks an epoch is split into, as Kafka's source has it; a run sets its VM cores, see
-`split_step`), capacity_file (the run's VM capacity scale, which multiplies max_events_per_batch:
-core/spark/admission.py).
+`split_step`), tasks (0; else exactly this many tasks per epoch, whatever they hold: a drill's
+warm-up sets its executors' task slots, see `split_step`), capacity_file (the run's VM capacity
+scale, which multiplies max_events_per_batch: core/spark/admission.py).
 When a paced query restarts from a checkpoint, pass pace_origin explicitly: otherwise the clock
 restarts and the query waits until it catches up with the checkpointed offset.
 
@@ -81,6 +82,7 @@ class SourceOptions:
     max_events_per_batch: int = 200_000
     records_per_task: int = 100_000
     min_partitions: int = 1
+    tasks: int = 0  # > 0: every epoch in exactly this many tasks (split_step)
     route: RouteOptions | None = None
     capacity_file: Path | None = None  # the run's VM capacity scale (core/spark/admission.py)
 
@@ -112,6 +114,7 @@ class SourceOptions:
             max_events_per_batch=_integer(opts, "max_events_per_batch", 200_000, minimum=1),
             records_per_task=_integer(opts, "records_per_task", 100_000, minimum=1),
             min_partitions=_integer(opts, "min_partitions", 1, minimum=1),
+            tasks=_integer(opts, "tasks", 0, minimum=0),
             route=RouteOptions.parse(opts),
             capacity_file=Path(opts["capacity_file"]) if opts.get("capacity_file") else None,
         )
@@ -152,9 +155,10 @@ def event_ranges(start: int, end: int, step: int, events: int, punctuate: bool) 
     ]
 
 
-def split_step(step: int, start: int, end: int, min_partitions: int) -> int:
+def split_step(step: int, start: int, end: int, min_partitions: int, tasks: int = 0) -> int:
     """Offsets per task of the epoch [start, end): the epoch in the nearest whole number of even tasks of
-    about `step` offsets, at least `min_partitions` of them, but none under a `SPLIT_FLOOR`-th of `step`.
+    about `step` offsets, at least `min_partitions` of them, but none under a `SPLIT_FLOOR`-th of `step`;
+    or, with `tasks`, in that many even tasks whatever they hold.
 
     Why the nearest number, not the ceiling: a Python source task costs ~0.1 s whatever it holds, so an
     epoch a little over `step` split into a full task and a sliver paid a second task's cost for a few
@@ -169,8 +173,16 @@ def split_step(step: int, start: int, end: int, min_partitions: int) -> int:
     0.32 s before). The floor keeps a source whose records are sparse among the offsets (Q3's persons
     and auctions) at one task. The count is fixed for the run, never read from the capacity it has now:
     a re-run epoch must split its offsets exactly as the first attempt did (see `routed_step`).
+
+    Why `tasks`: each task running at once reads and folds in Python workers of its own, and Spark
+    starts a worker the first time more tasks run at once than workers sit idle. A drill's warm-up
+    therefore runs its small epochs in as many tasks as its executors have slots, so that the first
+    epoch big enough to split (the burst's) does not start them: measured on one VM core, Q5's first
+    epoch split in two started two workers (0.7 s each) and took 3.2 s against 1.6 s for the next.
     """
     size = end - start
+    if tasks > 0:
+        return max(1, -(-size // tasks))
     if size <= 0:
         return max(1, step)
     nearest = max(1, int(size / step + 0.5))
@@ -307,7 +319,7 @@ class NexmarkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         opts = self.options
         lo, hi = int(start["event"]), int(end["event"])
         if opts.route is None:
-            step = split_step(opts.offsets_per_task, lo, hi, opts.min_partitions)
+            step = split_step(opts.offsets_per_task, lo, hi, opts.min_partitions, opts.tasks)
             return event_ranges(lo, hi, step, opts.events, punctuate=True)
         from router.routing_log import RoutingLog, covering, read_current_plan
 
@@ -316,7 +328,7 @@ class NexmarkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if opts.route.route == OFFLOAD_ROUTE and not any(seg.plan.offloads for seg in segments):
             return []  # an inactive router's workers' stream costs the epoch no task (docs/adr/0042)
         step = routed_step(opts.offsets_per_task, opts.route.route, segments, lo, hi)
-        step = split_step(step, lo, hi, opts.min_partitions)
+        step = split_step(step, lo, hi, opts.min_partitions, opts.tasks)
         ranges = event_ranges(lo, hi, step, opts.events, punctuate=True)
         return [replace(r, segments=covering(segments, r.start, r.end)) for r in ranges]
 

@@ -32,6 +32,8 @@ class StreamedRun(Protocol):
     @property
     def min_partitions(self) -> int: ...
     @property
+    def tasks_per_epoch(self) -> int: ...
+    @property
     def capacity_file(self) -> Path | None: ...
     @property
     def input(self) -> Path | None: ...
@@ -126,6 +128,7 @@ def generated_stream(spark, config: StreamedRun, entity: str, pace_origin: float
         .option("pace_origin", repr(pace_origin))
         .option("max_events_per_batch", str(config.max_events_per_batch))
         .option("min_partitions", str(config.min_partitions))
+        .option("tasks", str(config.tasks_per_epoch))
     )
     if config.capacity_file is not None:
         reader = reader.option("capacity_file", str(config.capacity_file))

@@ -79,3 +79,47 @@ def test_a_run_stopped_on_purpose_ends_without_failing_the_query() -> None:
     assert feed.failure is None
     feed.onQueryTerminated(SimpleNamespace(id="id-1", runId="run-2", exception="OutOfMemoryError"))
     assert feed.failure == "OutOfMemoryError"
+
+
+def test_a_progress_event_crosses_py4j_as_its_json_and_only_the_named_querys_is_kept() -> None:
+    """The bridge asks the Java event for its progress's JSON and nothing else (the event here answers
+    only that), and the feed keeps the progress of its own query, as `lastProgress` would give it."""
+    import uuid
+    from types import SimpleNamespace
+
+    from core.spark.progress_feed import ProgressFeed, _JsonProgressBridge
+
+    def event(name: str, batch: int) -> SimpleNamespace:
+        progress = {
+            "id": str(uuid.uuid4()),
+            "runId": str(uuid.uuid4()),
+            "name": name,
+            "timestamp": "2026-11-29T00:00:00.000Z",
+            "batchId": batch,
+            "batchDuration": 5,
+            "durationMs": {"addBatch": 3},
+            "stateOperators": [],
+            "sources": [
+                {
+                    "description": "s",
+                    "startOffset": None,
+                    "endOffset": {"event": 9},
+                    "latestOffset": {"event": 9},
+                    "numInputRows": 9,
+                    "inputRowsPerSecond": 1.0,
+                    "processedRowsPerSecond": 2.0,
+                }
+            ],
+            "sink": {"description": "k", "numOutputRows": 1},
+        }
+        return SimpleNamespace(progress=lambda: SimpleNamespace(json=lambda: json.dumps(progress)))
+
+    feed = ProgressFeed("q")
+    bridge = _JsonProgressBridge(feed)
+    bridge.onQueryProgress(event("other", 0))
+    bridge.onQueryProgress(event("q", 1))
+    (got,) = feed.take(0)
+    assert got["batchId"] == 1 and got["durationMs"] == {"addBatch": 3}
+    source = got["sources"][0]
+    assert source["startOffset"] == "null" and json.loads(source["endOffset"]) == {"event": 9}
+    assert feed.take(0) == []

@@ -153,6 +153,21 @@ def test_an_epoch_is_split_into_the_nearest_number_of_even_tasks() -> None:
         _options(min_partitions="0")
 
 
+def test_a_fixed_number_of_tasks_splits_every_epoch_whatever_it_holds() -> None:
+    """A drill's warm-up runs its small epochs in one task per executor slot, under the floor too, so the
+    Python workers of a burst's split epochs start before the trace."""
+    assert split_step(100_000, 0, 3_750, 1, tasks=2) == 1_875
+    assert split_step(100_000, 0, 3_751, 2, tasks=4) == 938  # the last task is the short one
+    assert split_step(100_000, 0, 400_000, 1, tasks=2) == 200_000  # and over the nearest number too
+    person = NexmarkStreamReader(_options(entity="person", events="500000", tasks="2"))
+    assert [(r.start, r.end) for r in person.partitions({"event": 0}, {"event": 3_750})] == [
+        (0, 1_875),
+        (1_875, 3_750),
+    ]
+    with pytest.raises(ConfigError):
+        _options(tasks="-1")
+
+
 def test_read_range_yields_arrow_batches_and_the_punctuation() -> None:
     opts = _options(seed="3")
     batches = list(read_range(opts, EventRange(950, 1001, punctuate=True)))
