@@ -128,8 +128,9 @@ PROBE_SHARE = 0.8  # the routed probe offloads this share
 # partition per VM core; 6: Q5's fused operator folds its own panes; 7: a source task holds ~100,000
 # of its entity's records, not 100,000 offsets; 8: every run on the standalone cluster, two partitions;
 # 9: the workers' stream of a generated source has no watermark and no task while idle; 10: two steps,
-# small epochs then full ones, instead of a ramp).
-PROBE_VERSION = 10
+# small epochs then full ones, instead of a ramp; 11: progress crosses py4j as JSON, and the warm-up
+# starts a Python worker per task slot, both cheaper epochs).
+PROBE_VERSION = 11
 
 
 @dataclass(frozen=True)
