@@ -7,9 +7,9 @@ The listener runs on py4j's callback thread; it only queues, and the run's own t
 progress from the queue, so callers' progress hooks run where they always did.
 
 A progress event crosses py4j as its JSON alone (`_JsonProgressBridge`). PySpark's own bridge first
-rebuilds the whole event field by field, one py4j round trip each, and on one VM core that cost an
-epoch of a routed Q5 plan (two sources, more operators) about 60 ms of the driver's Python and as
-much of its JVM: a fixed cost per epoch that pacing turns into longer epochs (docs/adr/0055).
+rebuilds the whole event field by field, one py4j round trip each, every call answered by the driver's
+JVM: on one VM core a routed Q5 run (two sources, more operators) spent about 60 ms a second of its
+driver's Python on it, a fixed cost per epoch that pacing turns into longer epochs (docs/adr/0055).
 """
 
 from __future__ import annotations
