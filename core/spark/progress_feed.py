@@ -32,6 +32,7 @@ class ProgressFeed(StreamingQueryListener):
         self._failure: str | None = None
         self._stopped: set[str] = set()  # runs stopped on purpose: how they end is no failure
         self._changed = threading.Condition()
+        self._bridge: Any = None  # the JVM's handle on `_JsonProgressBridge`, made when Spark first asks
 
     def onQueryStarted(self, event: Any) -> None:
         if event.name == self._name:
@@ -41,7 +42,7 @@ class ProgressFeed(StreamingQueryListener):
     @property
     def _jlistener(self) -> Any:
         """What Spark's listener bus calls: PySpark's wrapper around our bridge, not around its own."""
-        if not hasattr(self, "_bridge"):
+        if self._bridge is None:
             from pyspark import SparkContext
 
             jvm = SparkContext._jvm
