@@ -22,7 +22,7 @@ from core.cli.options import (
     memory_config,
 )
 from core.cli.produce import EndpointOpt, RegionOpt
-from core.console import err, out
+from core.console import err, out, progress
 from core.errors import ConfigError
 
 DEFAULT_COMPARE = "sponge,noscaling,over"
@@ -196,8 +196,8 @@ def drill(
             no_executors="",
         ),
     )
-    with err.status(f"drill ({config.memory.describe()}) ...") as spinner:
-        result = run_drill(config, status=lambda text: spinner.update(f"drill: {text}"))
+    with progress(f"drill ({config.memory.describe()}) ...") as shown:
+        result = run_drill(config, status=lambda text: shown(f"drill: {text}"))
     paths = write_report(result, report, console=out)
     out.print(f"report: {paths['markdown']}")
     failed = [r["policy"] for r in result["runs"] if r["results_match_reference"] is False]

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from core.cli.options import JobArg
-from core.console import err, out
+from core.console import out, progress
 from core.errors import ConfigError
 
 
@@ -67,8 +67,8 @@ def feed(
             f"{taken[0]} already exists: feeding {output} would replace files a run may have read",
             hint="pass a new or empty --output",
         )
-    with err.status(f"feeding {', '.join(sources)} under {output} ...") as status:
-        counts = write(output, sources, config, lambda done, total: status.update(f"{done}/{total} files"))
+    with progress(f"feeding {', '.join(sources)} under {output} ...", every_s=10) as shown:
+        counts = write(output, sources, config, lambda done, total: shown(f"{done}/{total} files"))
     out.print(json.dumps({"output": str(output), "records": counts}, indent=2))
 
 

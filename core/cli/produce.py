@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from core.cli.options import EventsOpt, SeedOpt, generator
-from core.console import err, out
+from core.console import out, progress
 
 StreamOpt = Annotated[str, typer.Option("--stream", help="The Kinesis stream's name.")]
 EndpointOpt = Annotated[
@@ -79,8 +79,8 @@ def produce(
         pace=rate is not None or schedule is not None,
         end=end,
     )
-    with err.status(f"putting {events:,} events into {stream} ...") as status:
-        summary = put(config, lambda done, total: status.update(f"{stream}: {done:,}/{total:,} events put"))
+    with progress(f"putting {events:,} events into {stream} ...", every_s=10) as shown:
+        summary = put(config, lambda done, total: shown(f"{stream}: {done:,}/{total:,} events put"))
     out.print(json.dumps(summary, indent=2))
 
 

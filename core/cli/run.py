@@ -46,7 +46,7 @@ from core.cli.options import (
     params,
 )
 from core.cli.produce import EndpointOpt, RegionOpt
-from core.console import err, out
+from core.console import err, out, progress
 from core.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -255,19 +255,19 @@ def run(
     stop = threading.Event()
     with (
         stopping_on_signals(stop),
-        err.status(f"streaming {what} through {query} ({memory.describe()}) ...") as status,
+        progress(f"streaming {what} through {query} ({memory.describe()}) ...", every_s=10) as shown,
     ):
 
-        def progress(p: dict) -> None:
+        def on_epoch(p: dict) -> None:
             if hooks is not None:
                 hooks.progress(p)
-            status.update(
+            shown(
                 f"{query}: epoch {p['batchId']}, {p['numInputRows']:,} records in the last epoch"
                 + (f", offload share {hooks.plan[0]:.0%}" if hooks is not None else "")
                 + (" (stopping once it commits)" if stop.is_set() else "")
             )
 
-        summary = run_query(config, progress=progress, hooks=hooks, stop=stop)
+        summary = run_query(config, progress=on_epoch, hooks=hooks, stop=stop)
     out.print(json.dumps(summary, indent=2))
 
 

@@ -1,0 +1,50 @@
+"""Progress on stderr: a spinner in a terminal, lines in a log (a spinner draws nothing there)."""
+
+from __future__ import annotations
+
+import io
+import re
+
+import pytest
+from rich.console import Console
+
+import core.console as console_module
+from core.console import progress
+
+
+def _log() -> tuple[Console, io.StringIO]:
+    text = io.StringIO()
+    return Console(file=text, force_terminal=False, highlight=False, width=200), text
+
+
+def test_in_a_log_every_update_is_a_timestamped_line_markup_and_all() -> None:
+    console, text = _log()
+    with progress("drill ...", console=console) as shown:
+        shown("probing [8:20000]")
+        shown("sponge: 10 events")
+    lines = text.getvalue().splitlines()
+    assert [re.sub(r"^\d\d:\d\d:\d\d ", "", line) for line in lines] == [
+        "drill ...",
+        "probing [8:20000]",  # brackets are text, not rich markup
+        "sponge: 10 events",
+    ]
+    assert all(re.match(r"\d\d:\d\d:\d\d ", line) for line in lines)
+
+
+def test_with_an_interval_a_log_gets_at_most_one_line_per_interval(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = iter([0.0, 3.0, 9.9, 10.0, 25.0])
+    monkeypatch.setattr(console_module.time, "monotonic", lambda: next(clock))
+    console, text = _log()
+    with progress("run ...", every_s=10, console=console) as shown:
+        for n in range(1, 5):  # at 3.0, 9.9, 10.0 and 25.0 s after the first line
+            shown(f"epoch {n}")
+    shown_lines = [line.split(" ", 1)[1] for line in text.getvalue().splitlines()]
+    assert shown_lines == ["run ...", "epoch 3", "epoch 4"]
+
+
+def test_in_a_terminal_it_is_one_status_line_that_changes() -> None:
+    text = io.StringIO()
+    console = Console(file=text, force_terminal=True, width=200)
+    with progress("drill ...", console=console) as shown:
+        shown("probing")
+    assert not re.search(r"^\d\d:\d\d:\d\d ", text.getvalue(), re.MULTILINE)  # it redraws, logs no line
