@@ -12,11 +12,11 @@ puts `withWatermark("date_time", ...)` first and then filters `date_time < END_O
 
 Options (all strings): entity (required), events (required), seed (0), schedule (RateSchedule text,
 "10000"), pace ("none" | "arrival"), pace_origin (unix seconds of event 0's release; default: when
-the stream reader is created), max_events_per_batch (200000), records_per_task (100000: a task covers
-the offsets that hold about this many of the entity's records, so a person task covers 50 times the
-offsets of a bid task; a Python source task costs ~0.1 s whatever it holds, ADR 0016), min_partitions
-(1: the fewest tasks an epoch is split into, as Kafka's source has it; a run sets its VM cores, see
-`split_step`), tasks (0; else exactly this many tasks per epoch, whatever they hold: a drill's
+the stream reader is created), max_events_per_batch (200000), records_per_task (200000, the cap's: a
+task covers the offsets that hold about this many of the entity's records, so a person task covers 50
+times the offsets of a bid task; a Python source task costs ~0.1 s whatever it holds, ADR 0016, 0056),
+min_partitions (1: the fewest tasks an epoch is split into, as Kafka's source has it; a run sets its
+VM cores, see `split_step`), tasks (0; else exactly this many tasks per epoch, whatever they hold: a drill's
 warm-up sets its executors' task slots, see `split_step`), capacity_file (the run's VM capacity
 scale, which multiplies max_events_per_batch: core/spark/admission.py).
 When a paced query restarts from a checkpoint, pass pace_origin explicitly: otherwise the clock
@@ -65,8 +65,14 @@ if TYPE_CHECKING:
 SOURCE_NAME = "nexmark"
 PACES = ("none", "arrival")
 MAX_TASK_STRETCH = 16  # a routed task covers at most this many times offsets_per_task offsets
-SPLIT_FLOOR = 4  # min_partitions never makes a task hold less than records_per_task / SPLIT_FLOOR
+SPLIT_FLOOR = 8  # min_partitions never makes a task hold less than records_per_task / SPLIT_FLOOR (25,000)
 ROUTING_RESERVE = 1_000_000  # events the routing log's mark on disk runs ahead (~10 s of a drill's input)
+MAX_EVENTS_PER_BATCH = 200_000
+# A task holds up to an epoch the cap admits per VM core, so a steady epoch is read in one task per core
+# and the line where it splits (one and a half tasks, see split_step) lies beyond the cap. At 100,000 the
+# line sat at the stable rate's own epochs on a slow day, and a run whose epochs were a little longer
+# paid a second task per epoch and kept them longer (docs/adr/0056).
+RECORDS_PER_TASK = MAX_EVENTS_PER_BATCH
 
 
 @dataclass(frozen=True)
@@ -79,8 +85,8 @@ class SourceOptions:
     schedule: RateSchedule
     pace: str = "none"
     pace_origin: float | None = None
-    max_events_per_batch: int = 200_000
-    records_per_task: int = 100_000
+    max_events_per_batch: int = MAX_EVENTS_PER_BATCH
+    records_per_task: int = RECORDS_PER_TASK
     min_partitions: int = 1
     tasks: int = 0  # > 0: every epoch in exactly this many tasks (split_step)
     route: RouteOptions | None = None
@@ -111,8 +117,8 @@ class SourceOptions:
             schedule=RateSchedule.parse(opts.get("schedule", "10000")),
             pace=pace,
             pace_origin=None if origin is None else _real(origin, "pace_origin"),
-            max_events_per_batch=_integer(opts, "max_events_per_batch", 200_000, minimum=1),
-            records_per_task=_integer(opts, "records_per_task", 100_000, minimum=1),
+            max_events_per_batch=_integer(opts, "max_events_per_batch", MAX_EVENTS_PER_BATCH, minimum=1),
+            records_per_task=_integer(opts, "records_per_task", RECORDS_PER_TASK, minimum=1),
             min_partitions=_integer(opts, "min_partitions", 1, minimum=1),
             tasks=_integer(opts, "tasks", 0, minimum=0),
             route=RouteOptions.parse(opts),
@@ -191,8 +197,8 @@ def split_step(step: int, start: int, end: int, min_partitions: int, tasks: int 
 
 
 def routed_step(offsets_per_task: int, route: str, segments: Sequence[Segment], start: int, end: int) -> int:
-    """Offsets per task of a routed stream: enough that a task keeps the records of `offsets_per_task`
-    offsets (twice that on the workers' stream, whose tasks mostly wait on chunks in flight).
+    """Offsets per task of a routed stream: enough that a task of either stream keeps the records of
+    `offsets_per_task` offsets.
 
     Why: a Spark task of a Python source costs ~0.1 s whatever it holds (measured, ADR 0012), so at a
     high share the VM stream's tasks of heartbeats alone cost more than its records. The share comes
@@ -205,7 +211,7 @@ def routed_step(offsets_per_task: int, route: str, segments: Sequence[Segment], 
         hi = min(segments[i + 1].start if i + 1 < len(segments) else end, end)
         covered += max(0, hi - lo) * expected_offloaded_share(seg.plan)
     share = covered / (end - start) if end > start else 0.0
-    kept = share / 2 if route == OFFLOAD_ROUTE else 1.0 - share
+    kept = share if route == OFFLOAD_ROUTE else 1.0 - share
     return max(1, int(offsets_per_task / max(kept, 1.0 / MAX_TASK_STRETCH)))
 
 

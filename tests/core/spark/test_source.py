@@ -65,7 +65,7 @@ def test_options_defaults_and_errors() -> None:
         1000,
         "none",
         200_000,
-        100_000,
+        200_000,  # a task holds what the cap admits per VM core: a steady epoch is one task per core
     )
     assert opts.schedule == RateSchedule.constant(10_000)
     # A task covers the offsets holding ~records_per_task of its entity's records (1, 3, 46 of 50).
@@ -107,13 +107,13 @@ def test_routed_tasks_are_sized_by_the_records_they_keep() -> None:
         return tuple(routed_step(100_000, route, segments, 0, 1_000) for route in ("local", "offload"))
 
     assert steps(Segment(0, plan(0.0))) == (100_000, 1_600_000)  # nothing offloaded: one empty task
-    assert steps(Segment(0, plan(1.0))) == (1_600_000, 200_000)  # workers' tasks wait on chunks: 2x
-    assert steps(Segment(0, plan(0.5))) == (200_000, 400_000)
+    assert steps(Segment(0, plan(1.0))) == (1_600_000, 100_000)
+    assert steps(Segment(0, plan(0.5))) == (200_000, 200_000)  # each stream's task keeps 100,000 records
     # The share over the range, from the routing log's segments (never the plan now in force).
-    assert steps(Segment(0, plan(0.0)), Segment(500, plan(1.0))) == (200_000, 400_000)
-    assert steps(Segment(0, plan(0.0, frozenset(range(64))))) == (200_000, 400_000)  # half the key groups
+    assert steps(Segment(0, plan(0.0)), Segment(500, plan(1.0))) == (200_000, 200_000)
+    assert steps(Segment(0, plan(0.0, frozenset(range(64))))) == (200_000, 200_000)  # half the key groups
     # A stream is routed by its share or by key groups, never both: a plan naming both halves halves.
-    assert steps(Segment(0, OffloadPlan.of_share(1, 0.5, 2))) == (200_000, 400_000)
+    assert steps(Segment(0, OffloadPlan.of_share(1, 0.5, 2))) == (200_000, 200_000)
 
 
 def test_an_epoch_is_split_into_at_least_min_partitions_tasks() -> None:
@@ -122,7 +122,8 @@ def test_an_epoch_is_split_into_at_least_min_partitions_tasks() -> None:
     assert split_step(100_000, 0, 50_000, 2) == 25_000
     assert split_step(100_000, 0, 60_001, 2) == 30_001  # the last task is the short one
     assert split_step(100_000, 0, 300_000, 2) == 100_000
-    assert split_step(100_000, 0, 20_000, 2) == 20_000  # under the floor (a quarter task): one task
+    assert split_step(100_000, 0, 30_000, 2) == 15_000  # tasks of an eighth of a task or more: split
+    assert split_step(100_000, 0, 20_000, 2) == 20_000  # two would hold under an eighth each: one task
     assert split_step(100_000, 7, 7, 2) == 100_000  # an empty epoch plans no task either way
 
 
@@ -136,8 +137,8 @@ def test_an_epoch_is_split_into_the_nearest_number_of_even_tasks() -> None:
     assert split_step(100_000, 0, 250_001, 1) == 83_334
     assert split_step(100_000, 0, 40_000, 1) == 40_000  # under one task: still one task
     reader = NexmarkStreamReader(_options(events="500000", min_partitions="1"))
-    spans = [(r.start, r.end) for r in reader.partitions({"event": 0}, {"event": 123_000})]
-    assert spans == [(0, 123_000)]  # 108,695 offsets hold 100,000 bids: one task, not two
+    spans = [(r.start, r.end) for r in reader.partitions({"event": 0}, {"event": 250_000})]
+    assert spans == [(0, 250_000)]  # 217,391 offsets hold 200,000 bids: one task, not two
 
     def spans(min_partitions: str, start: int, end: int) -> list[tuple[int, int]]:
         reader = NexmarkStreamReader(_options(events="500000", min_partitions=min_partitions))
@@ -145,8 +146,9 @@ def test_an_epoch_is_split_into_the_nearest_number_of_even_tasks() -> None:
 
     assert spans("1", 0, 50_000) == [(0, 50_000)]
     assert spans("2", 0, 60_000) == [(0, 30_000), (30_000, 60_000)]
-    assert len(spans("2", 0, 400_000)) == 4  # 108,695 offsets hold 100,000 bids
-    # A person is 1 event in 50: 50,000 offsets hold 1,000 persons, far under a quarter task.
+    assert len(spans("2", 0, 400_000)) == 2  # 217,391 offsets hold 200,000 bids
+    assert len(spans("1", 0, 400_000)) == 2
+    # A person is 1 event in 50: 50,000 offsets hold 1,000 persons, far under an eighth of a task.
     person = NexmarkStreamReader(_options(entity="person", events="500000", min_partitions="2"))
     assert len(person.partitions({"event": 0}, {"event": 50_000})) == 1
     with pytest.raises(ConfigError):
