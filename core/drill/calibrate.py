@@ -129,8 +129,8 @@ PROBE_SHARE = 0.8  # the routed probe offloads this share
 # of its entity's records, not 100,000 offsets; 8: every run on the standalone cluster, two partitions;
 # 9: the workers' stream of a generated source has no watermark and no task while idle; 10: two steps,
 # small epochs then full ones, instead of a ramp; 11: progress crosses py4j as JSON, and the warm-up
-# starts a Python worker per task slot, both cheaper epochs).
-PROBE_VERSION = 11
+# starts a Python worker per task slot, both cheaper epochs; 12: a source task holds 200,000 records).
+PROBE_VERSION = 12
 
 
 @dataclass(frozen=True)
