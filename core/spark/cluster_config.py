@@ -77,6 +77,8 @@ class ClusterConfig:
     executor_memory_mb: int | None = None
 
     def __post_init__(self) -> None:
+        # The daemons run in run_dir and are handed paths under it: a relative one would nest there.
+        object.__setattr__(self, "run_dir", Path(self.run_dir).absolute())
         if self.daemon_memory_mb < 64:
             raise ConfigError(f"daemon_memory_mb must be >= 64, got {self.daemon_memory_mb}")
         if self.start_timeout_s <= 0 or self.poll_interval_s <= 0:

@@ -108,6 +108,14 @@ def test_bad_worker_specs_are_refused(tmp_path: Path) -> None:
         ClusterConfig(run_dir=tmp_path, workers=(WorkerSpec(cores=0),))
 
 
+def test_a_relative_run_dir_is_made_absolute_so_the_daemons_paths_do_not_nest_in_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The daemons run in run_dir: a worker handed `runs/x/work-0` wrote to runs/x/runs/x/work-0.
+    monkeypatch.chdir(tmp_path)
+    assert ClusterConfig(run_dir=Path("runs/x")).run_dir == tmp_path / "runs" / "x"
+
+
 @pytest.mark.spark
 @pytest.mark.slow
 def test_an_application_gains_an_executor_when_a_worker_joins(tmp_path: Path) -> None:
