@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -10,27 +11,28 @@ from rich.console import Console
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
+_NUMBER = re.compile(r"\d[\d,.]*")
 
 
 @contextmanager
-def progress(first: str, every_s: float = 0.0, console: Console = err) -> Iterator[Callable[[str], None]]:
+def progress(first: str, every_s: float = 10.0, console: Console = err) -> Iterator[Callable[[str], None]]:
     """A long command's progress: one changing line in a terminal, or timestamped lines in a log.
 
     Why: a spinner draws nothing on a pipe or a file, so a drill redirected to a log showed no line for
-    its fifteen minutes and looked hung. In a log every update is a line, or, with `every_s`, at most
-    one a that many seconds (a run's per-epoch updates would otherwise fill it).
+    its fifteen minutes and looked hung. In a log an update that says something new is a line at once;
+    one that only changes its numbers (a probe's seconds, a run's epochs) is one at most every `every_s`.
     """
     if console.is_terminal:
         with console.status(first) as status:
             yield status.update
         return
-    last = -float("inf")
+    last_t, last_said = -float("inf"), ""
 
     def line(text: str) -> None:
-        nonlocal last
-        now = time.monotonic()
-        if now - last >= every_s:
-            last = now
+        nonlocal last_t, last_said
+        now, said = time.monotonic(), _NUMBER.sub("#", text)
+        if said != last_said or now - last_t >= every_s:
+            last_t, last_said = now, said
             console.print(f"{time.strftime('%H:%M:%S')} {text}", markup=False)
 
     line(first)

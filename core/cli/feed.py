@@ -67,7 +67,7 @@ def feed(
             f"{taken[0]} already exists: feeding {output} would replace files a run may have read",
             hint="pass a new or empty --output",
         )
-    with progress(f"feeding {', '.join(sources)} under {output} ...", every_s=10) as shown:
+    with progress(f"feeding {', '.join(sources)} under {output} ...") as shown:
         counts = write(output, sources, config, lambda done, total: shown(f"{done}/{total} files"))
     out.print(json.dumps({"output": str(output), "records": counts}, indent=2))
 

@@ -79,7 +79,7 @@ def produce(
         pace=rate is not None or schedule is not None,
         end=end,
     )
-    with progress(f"putting {events:,} events into {stream} ...", every_s=10) as shown:
+    with progress(f"putting {events:,} events into {stream} ...") as shown:
         summary = put(config, lambda done, total: shown(f"{stream}: {done:,}/{total:,} events put"))
     out.print(json.dumps(summary, indent=2))
 

@@ -255,7 +255,7 @@ def run(
     stop = threading.Event()
     with (
         stopping_on_signals(stop),
-        progress(f"streaming {what} through {query} ({memory.describe()}) ...", every_s=10) as shown,
+        progress(f"streaming {what} through {query} ({memory.describe()}) ...") as shown,
     ):
 
         def on_epoch(p: dict) -> None:

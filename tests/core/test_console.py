@@ -17,7 +17,7 @@ def _log() -> tuple[Console, io.StringIO]:
     return Console(file=text, force_terminal=False, highlight=False, width=200), text
 
 
-def test_in_a_log_every_update_is_a_timestamped_line_markup_and_all() -> None:
+def test_in_a_log_each_update_that_says_something_new_is_a_timestamped_line() -> None:
     console, text = _log()
     with progress("drill ...", console=console) as shown:
         shown("probing [8:20000]")
@@ -31,15 +31,26 @@ def test_in_a_log_every_update_is_a_timestamped_line_markup_and_all() -> None:
     assert all(re.match(r"\d\d:\d\d:\d\d ", line) for line in lines)
 
 
-def test_with_an_interval_a_log_gets_at_most_one_line_per_interval(monkeypatch: pytest.MonkeyPatch) -> None:
-    clock = iter([0.0, 3.0, 9.9, 10.0, 25.0])
+def test_updates_that_change_only_numbers_are_a_line_at_most_every_interval(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = iter([0.0, 3.0, 9.9, 10.0, 11.0, 12.0, 25.0])
     monkeypatch.setattr(console_module.time, "monotonic", lambda: next(clock))
     console, text = _log()
     with progress("run ...", every_s=10, console=console) as shown:
-        for n in range(1, 5):  # at 3.0, 9.9, 10.0 and 25.0 s after the first line
-            shown(f"epoch {n}")
+        shown("epoch 1, 1,000 records")  # 3.0 s: says something new
+        shown("epoch 2, 2,000 records")  # 9.9 s: only its numbers changed
+        shown("epoch 3, 3,000 records")
+        shown("stopping once epoch 3 commits")  # 11.0 s: new again
+        shown("stopping once epoch 4 commits")
+        shown("stopping once epoch 5 commits")  # 25.0 s: the interval passed
     shown_lines = [line.split(" ", 1)[1] for line in text.getvalue().splitlines()]
-    assert shown_lines == ["run ...", "epoch 3", "epoch 4"]
+    assert shown_lines == [
+        "run ...",
+        "epoch 1, 1,000 records",
+        "stopping once epoch 3 commits",
+        "stopping once epoch 5 commits",
+    ]
 
 
 def test_in_a_terminal_it_is_one_status_line_that_changes() -> None:
