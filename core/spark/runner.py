@@ -352,6 +352,29 @@ def routed_to_workers(config: RunConfig, out: Path, chains: Sequence[OffloadChai
     return total
 
 
+def source_offset(text: str | None) -> dict[str, Any]:
+    """A source's offset in a progress event, or {} when it has none: Spark writes a missing one as JSON
+    null, which PySpark passes on as the text "null" (seen: a resumed file run's latest offset, which
+    then failed the run with "argument of type 'NoneType' is not iterable")."""
+    try:
+        value = json.loads(text) if text else None
+    except ValueError:
+        value = None
+    return value if isinstance(value, dict) else {}
+
+
+def source_at_end(source: dict, total: int) -> bool:
+    """The source has delivered its punctuation: the generator's last offset is `total` (its events + 1);
+    a bounded file source reports its last one (file count + 1) as latestOffset."""
+    end = source_offset(source.get("endOffset"))
+    if "shards" in end:  # a Kinesis stream: every shard's end-of-stream marker has been read
+        return bool(end.get("done"))
+    if "files" in end:
+        latest_offset = source_offset(source.get("latestOffset"))
+        return "files" in latest_offset and end["files"] >= latest_offset["files"]
+    return end.get("event", 0) >= total
+
+
 def stream_to_end(
     df,
     out: Path,
@@ -408,17 +431,6 @@ def stream_to_end(
     seen: dict[int, dict] = {}
     latest: dict | None = None
 
-    def at_end(source: dict) -> bool:
-        """The source has delivered its punctuation: the generator's last offset is `events + 1`; a
-        bounded file source reports its last one (file count + 1) as latestOffset."""
-        end = json.loads(source["endOffset"] or "{}")
-        if "shards" in end:  # a Kinesis stream: every shard's end-of-stream marker has been read
-            return bool(end.get("done"))
-        if "files" in end:
-            latest_offset = json.loads(source.get("latestOffset") or "{}")
-            return "files" in latest_offset and end["files"] >= latest_offset["files"]
-        return end.get("event", 0) >= total
-
     def collect(timeout_s: float) -> None:
         """Record the epochs that read data (a batch replayed after a restart counts once)."""
         nonlocal latest
@@ -443,7 +455,7 @@ def stream_to_end(
             not endless
             and latest is not None
             and len(latest["sources"]) == n_sources
-            and all(at_end(s) for s in latest["sources"])
+            and all(source_at_end(s, total) for s in latest["sources"])
         )
 
     def restarted(query: Any) -> Any:

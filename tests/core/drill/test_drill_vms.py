@@ -95,6 +95,9 @@ def test_a_short_vmbase_drill_adds_a_vm_whose_executor_takes_tasks(tmp_path: Pat
     assert executors[0]["completed_tasks"] > 0 and (set(executors) == {0, 1} or usable == math.inf)
     if len(after) >= 3:
         assert executors[1]["completed_tasks"] > 0, f"{len(after)} epochs after the VM was usable"
-    assert run["offload_share_by_second"] == [0.0] * DURATION_S  # no offload plan was published
+    # No offload plan was published. A second without a sample of the policy loop has no share (seen:
+    # the first, on a loaded machine).
+    shares = run["offload_share_by_second"]
+    assert len(shares) == DURATION_S and set(shares) <= {0.0, None} and shares.count(0.0) > DURATION_S / 2
     assert run["records_offloaded"] == 0
     assert not child["loop_errors"]
