@@ -42,7 +42,7 @@ from core.run_status import (
 )
 from core.spark.file_source import list_files
 from core.spark.parquet_read import count_rows
-from core.spark.runner import RunHooks
+from core.spark.runner import RunHooks, source_offset
 
 POLICIES = ("none", "noscaling", "sponge")
 KEEP_SAMPLES = 600  # the loop's own samples a live run keeps (its tallies and files hold the rest)
@@ -64,8 +64,8 @@ def generated_epoch(p: Mapping[str, Any]) -> Epoch | None:
     its sources: every event below it has committed); None when no source reported an offset."""
     offsets = [
         (
-            (json.loads(s["startOffset"] or "null") or {}).get("event", 0),
-            (json.loads(s["endOffset"] or "null") or {}).get("event"),
+            source_offset(s["startOffset"]).get("event", 0),
+            source_offset(s["endOffset"]).get("event"),
         )
         for s in p["sources"]
         if s.get("endOffset")
@@ -84,8 +84,8 @@ def stream_epoch(p: Mapping[str, Any]) -> Epoch | None:
     has covered, as the generated source's offsets are."""
 
     def records(offset: str | None) -> int | None:
-        value = json.loads(offset or "null")
-        if not isinstance(value, dict) or "shards" not in value:
+        value = source_offset(offset)
+        if "shards" not in value:
             return None
         return sum(int(at.get("n", 0)) for at in value["shards"].values())
 
@@ -191,8 +191,8 @@ class FileBacklog:
 
     def on_progress(self, p: Mapping[str, Any]) -> None:
         for s in p.get("sources", ()):
-            end = json.loads(s.get("endOffset") or "null")
-            if isinstance(end, dict) and "files" in end and end.get("source") in self._read:
+            end = source_offset(s.get("endOffset"))
+            if "files" in end and end.get("source") in self._read:
                 self._read[end["source"]] = max(self._read[end["source"]], int(end["files"]))
 
     def released(self) -> int:
@@ -262,8 +262,8 @@ class KinesisBacklog:
 
     def on_progress(self, p: Mapping[str, Any]) -> None:
         for s in p.get("sources", ()):
-            end = json.loads(s.get("endOffset") or "null")
-            if isinstance(end, dict) and "shards" in end and end.get("source") in self.sources:
+            end = source_offset(s.get("endOffset"))
+            if "shards" in end and end.get("source") in self.sources:
                 for shard, at in end["shards"].items():
                     key = (end["source"], shard)
                     self._read[key] = max(self._read.get(key, 0), int(at.get("n", 0)))
