@@ -10,7 +10,6 @@ small loop that mirrors run_query (same sources, Parquet sink, trigger and outpu
 from __future__ import annotations
 
 import gc
-import json
 import shutil
 import time
 from collections.abc import Sequence
@@ -21,7 +20,7 @@ from bench.native_queries import NATIVE_QUERIES
 from core.nexmark.queries import entity_columns
 from core.plan import Source
 from core.run_output import Existing, claim
-from core.spark.runner import RunConfig, run_query, stream_to_end
+from core.spark.runner import RunConfig, run_query, source_offset, stream_to_end
 from core.spark.streams import nexmark_sources
 
 VARIANTS = ("a", "b", "c")
@@ -57,9 +56,9 @@ def steady_state(progress: Sequence[dict[str, Any]], events: int, wall_s: float)
         # Every source covers the same global event range; the punctuation sits at offset `events`.
         spans = []
         for s in p["sources"]:
-            start = json.loads(s["startOffset"] or "null") or {"event": 0}
-            end = json.loads(s["endOffset"] or "null") or {"event": 0}
-            spans.append(min(int(end["event"]), events) - min(int(start["event"]), events))
+            start = int(source_offset(s["startOffset"]).get("event", 0))
+            end = int(source_offset(s["endOffset"]).get("event", 0))
+            spans.append(min(end, events) - min(start, events))
         real = max(spans, default=0)
         if real <= 0:
             continue

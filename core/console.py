@@ -28,16 +28,17 @@ def progress(first: str, every_s: float = 10.0, console: Console = err) -> Itera
         return
     # The first line waits for the first update: a command that fails before any (a bad endpoint, no
     # Java) leaves its one-line error alone on stderr.
-    pending = [f"{time.strftime('%H:%M:%S')} {first}"]
+    pending: str | None = f"{time.strftime('%H:%M:%S')} {first}"
     last_t, last_said = -float("inf"), _NUMBER.sub("#", first)
 
     def line(text: str) -> None:
-        nonlocal last_t, last_said
+        nonlocal pending, last_t, last_said
         now, said = time.monotonic(), _NUMBER.sub("#", text)
         if said != last_said or now - last_t >= every_s:
             last_t, last_said = now, said
-            while pending:
-                console.print(pending.pop(), markup=False)
+            if pending is not None:
+                console.print(pending, markup=False)
+                pending = None
             console.print(f"{time.strftime('%H:%M:%S')} {text}", markup=False)
 
     yield line
