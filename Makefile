@@ -9,11 +9,11 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .PHONY: setup setup-fast test test-fast drill drill-matrix lint bench bench-offload clean \
-        java node localstack-setup localstack localstack-stop
+        java node spark-classes localstack-setup localstack localstack-stop
 
 # Everything the whole suite and the drill use: Java for Spark, the project's virtualenv, LocalStack's own
 # virtualenv (the slow lane's --target localstack tests), node for the CDK comparison test.
-setup: java $(STAMP) node localstack-setup
+setup: java $(STAMP) spark-classes node localstack-setup
 
 # The fast lane's tests run in this process (tests/conftest.py fails one that starts Spark, the agent,
 # workers or LocalStack), so they need the project's virtualenv only: no Java, LocalStack or node.
@@ -40,6 +40,11 @@ java:
 	    exit 1; \
 	  fi; \
 	fi
+
+# Spark's classes, recorded once into archives every Spark JVM maps at start (docs/adr/0057): about a
+# minute the first time, then nothing while pyspark and Java stay the same.
+spark-classes: java $(STAMP)
+	@$(BIN)/python -m core.spark.class_training
 
 # The project's virtualenv: pinned dependencies with the dev extras, and the generated gRPC code.
 $(STAMP): pyproject.toml constraints.txt core/wire/agent.proto

@@ -50,7 +50,7 @@ import psutil
 from core import parent_death
 from core.errors import ConfigError, MissingDependencyError, SpongeError
 from core.spark.cluster_config import ClusterConfig, WorkerSpec
-from core.spark.session import check_java
+from core.spark.java import check_java
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
@@ -206,7 +206,7 @@ class StandaloneCluster:
             )
         check_java()
         self.config.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.config.run_dir / "conf").mkdir(exist_ok=True)
+        self.conf_dir.mkdir(exist_ok=True)
         t0 = time.monotonic()
         try:
             master = self._start_master()
@@ -308,14 +308,23 @@ class StandaloneCluster:
 
     # ---- internals ----
 
+    @property
+    def conf_dir(self) -> Path:
+        """An empty SPARK_CONF_DIR: the class archive's when there is one (it is on the class path the
+        archive was recorded with), else the run's own."""
+        archive = self.config.class_archive
+        return archive.conf_dir if archive is not None else self.config.run_dir / "conf"
+
     def _env(self) -> dict[str, str]:
+        archive = self.config.class_archive
+        daemon_cds = archive.daemon_options() if archive else ""
         env = dict(os.environ)
         env.update(
             SPARK_HOME=str(self.spark_home),
-            SPARK_CONF_DIR=str(self.config.run_dir / "conf"),  # no stray spark-env.sh or defaults
+            SPARK_CONF_DIR=str(self.conf_dir),  # no stray spark-env.sh or defaults
             SPARK_LOCAL_IP=self.config.host,
             SPARK_DAEMON_MEMORY=f"{self.config.daemon_memory_mb}m",
-            SPARK_DAEMON_JAVA_OPTS=self.config.daemon_java_opts,
+            SPARK_DAEMON_JAVA_OPTS=f"{self.config.daemon_java_opts} {daemon_cds}".rstrip(),
             SPARK_MASTER_OPTS="-Dspark.master.rest.enabled=false",
             PYSPARK_PYTHON=self.config.python,
         )

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from core.errors import ConfigError
+from core.spark.class_archive import ClassArchive
 from core.spark.python_launcher import launcher
 
 MIN_WORKER_MEMORY_MB = 512
@@ -75,6 +76,8 @@ class ClusterConfig:
     poll_interval_s: float = 0.1
     extra_env: Mapping[str, str] = field(default_factory=dict)
     executor_memory_mb: int | None = None
+    # The archive the daemons map (core/spark/class_archive.py); None: none, and a conf dir of the run's own.
+    class_archive: ClassArchive | None = field(default_factory=ClassArchive.installed)
 
     def __post_init__(self) -> None:
         # The daemons run in run_dir and are handed paths under it: a relative one would nest there.

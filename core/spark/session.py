@@ -18,7 +18,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -29,10 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.errors import ConfigError, JvmDiedError, MissingDependencyError
+from core.errors import ConfigError, JvmDiedError
+from core.spark.class_archive import ClassArchive
+from core.spark.java import check_java
 from core.spark.python_launcher import launcher
-
-MIN_JAVA = 17
 
 #: Spark's own default state store (all state in maps on the JVM heap); enough for a plan that runs
 #: nothing on transformWithState (lower.state_store_for).
@@ -345,6 +344,8 @@ class SparkConfig:
     conf: tuple[tuple[str, str], ...] = ()  # more Spark settings (name, value), e.g. spark.locality.wait
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     jvm_log: Path | None = None
+    # The class archives the driver and executors map (core/spark/class_archive.py); None: none.
+    class_archive: ClassArchive | None = field(default_factory=ClassArchive.installed)
 
     def __post_init__(self) -> None:
         if self.memory.executor_mb is not None and runs_in_driver(self.master):
@@ -364,14 +365,17 @@ class SparkConfig:
     def options(self) -> tuple[tuple[str, str], ...]:
         """Every Spark setting the session is built with, in order (later ones win)."""
         log_config = Path(__file__).with_name("log4j2.properties")
+        archive = self.class_archive
+        driver_cds = archive.driver_options() if archive else ""
+        executor_cds = archive.executor_options() if archive else ""
         return (
             ("spark.master", self.master),
             ("spark.app.name", self.app_name),
             (
                 "spark.driver.extraJavaOptions",
-                f"-Dlog4j.configurationFile={log_config} {JIT_OPTIONS} {OOM_BACKSTOP}",
+                f"-Dlog4j.configurationFile={log_config} {JIT_OPTIONS} {OOM_BACKSTOP} {driver_cds}".rstrip(),
             ),
-            ("spark.executor.extraJavaOptions", JIT_OPTIONS),
+            ("spark.executor.extraJavaOptions", f"{JIT_OPTIONS} {executor_cds}".rstrip()),
             ("spark.sql.shuffle.partitions", str(self.shuffle_partitions)),
             ("spark.ui.enabled", "false"),
             ("spark.ui.showConsoleProgress", "false"),
@@ -408,24 +412,6 @@ _jvm: dict[str, Jvm] = {}  # "current": the JVM of this process (PySpark keeps o
 def current_jvm() -> Jvm | None:
     """The JVM this process launched through spark_session, if any."""
     return _jvm.get("current")
-
-
-def check_java() -> str:
-    """Return the Java version string, or fail with a message that says how to install Java."""
-    java = shutil.which(
-        "java",
-        path=os.path.join(os.environ.get("JAVA_HOME", ""), "bin") + os.pathsep + os.environ.get("PATH", ""),
-    )
-    hint = "install a JDK 17 or newer (Debian: apt-get install openjdk-17-jre-headless) or set JAVA_HOME"
-    if java is None:
-        raise MissingDependencyError("Java was not found; Spark needs it", hint=hint)
-    out = subprocess.run([java, "-version"], capture_output=True, text=True, check=False).stderr
-    m = re.search(r'version "(\d+)', out)
-    if not m or int(m.group(1)) < MIN_JAVA:
-        raise MissingDependencyError(
-            f"Spark needs Java {MIN_JAVA}+, found: {out.splitlines()[:1]}", hint=hint
-        )
-    return m.group(1)
 
 
 def spark_session(config: SparkConfig = SparkConfig()):
