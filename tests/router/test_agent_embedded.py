@@ -228,6 +228,8 @@ def test_the_agent_command_line_serves_and_stops_cleanly(secret, tmp_path) -> No
             "1",
             "--concurrency-limit",
             "1",
+            "--local-fallback-s",  # the worker must run the chunk, however long it takes to start here
+            "60",
             "--worker-log",
             str(tmp_path / "w.log"),
         ],

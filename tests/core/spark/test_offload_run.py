@@ -139,7 +139,8 @@ def _switched_run(
 def test_groups_switched_back_and_forth_mid_run_move_their_keys_and_equal_the_reference(
     spark, tmp_path: Path, query: str, epoch_events: int, fetch: str
 ) -> None:
-    offload = OffloadConfig(share=0.05, workers=2, fetch=fetch, round_keys=50)
+    # Workers, not the agent's fallback, must run the chunks: only they fetch and return the groups' keys.
+    offload = OffloadConfig(share=0.05, workers=2, fetch=fetch, round_keys=50, local_fallback_s=60.0)
     summary, _ = _switched_run(tmp_path, query, epoch_events, 8, offload, SWITCHES)
     plan = get_query(query).plan(PARAMS)
     for op_id in {c.keyed_op for c in offload_chains(plan)} | set(plan_routed(plan)):
