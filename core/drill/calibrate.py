@@ -117,11 +117,13 @@ def offload_cost(plain: EpochCost, routed: EpochCost, share: float) -> float:
 
 
 MAX_OFFLOAD_COST = 10.0  # beyond it the number only says "much worse"
-# Two steps, so the fit has both ends of the line: 8 s at 20,000/s gives epochs of about F (far below
+# Two steps, so the fit has both ends of the line: 14 s at 20,000/s gives epochs of about F (far below
 # any VM's capacity), then 4 s at 400,000/s releases 1.6 M events faster than one VM core admits them
 # (its cap over an epoch's fixed cost), so the epochs that follow are full. A ramp found the same line
-# only when it crossed the capacity, and ran again, steeper, when it had not (ADR 0043).
-PROBE_SCHEDULE = "8:20000,4:400000"
+# only when it crossed the capacity, and ran again, steeper, when it had not (ADR 0043). The first step
+# was 8 s until a slow machine's routed probe spent all of it in its first two epochs (5.2 s and 2.6 s,
+# both skipped or catching up), left the fit no small epoch, and read k = 2.21 (ADR 0058).
+PROBE_SCHEDULE = "14:20000,4:400000"
 # The routed probe offloads this share. At 0.8 the workers' one core, not the VM, set the routed epochs'
 # length: 400,000 offloaded events an epoch took 2.6 s on the workers while the VM needed ~1.7 s, which
 # read as an offload cost of 0.88 where the drill's routed epochs showed ~0.15, and sponge, sized on
@@ -134,7 +136,7 @@ PROBE_SHARE = 0.5
 # 9: the workers' stream of a generated source has no watermark and no task while idle; 10: two steps,
 # small epochs then full ones, instead of a ramp; 11: progress crosses py4j as JSON, and the warm-up
 # starts a Python worker per task slot, both cheaper epochs; 12: a source task holds 200,000 records;
-# 13: the routed probe offloads half, and the JVMs map class archives).
+# 13: the routed probe offloads half, a longer first step, and the JVMs map class archives).
 PROBE_VERSION = 13
 
 
