@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import psutil
+
 from core.errors import SpongeError
 from core.spark.class_archive import DEFAULT_ROOT, ClassArchive, current_key
 
@@ -66,7 +68,7 @@ def _train(staging: Path) -> None:
     """Run the training queries on a standalone cluster whose JVMs record what they load; the executor
     is stopped with SIGTERM, on which it writes its archive (the worker's own kill does not wait for it)."""
     from core.nexmark.generator import GeneratorConfig
-    from core.spark.cluster import StandaloneCluster
+    from core.spark.cluster import StandaloneCluster, alive
     from core.spark.cluster_config import ClusterConfig, WorkerSpec
     from core.spark.runner import RunConfig, run_query
     from core.spark.session import SparkConfig, stop_active_session
@@ -87,11 +89,11 @@ def _train(staging: Path) -> None:
                     spark=spark,
                 )
             )
-        executors = [pid for pid in cluster.pids() if b"CoarseGrainedExecutorBackend" in _cmdline(pid)]
+        executors = [pid for pid in cluster.pids() if "CoarseGrainedExecutorBackend" in _cmdline(pid)]
         for pid in executors:
             os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + EXECUTOR_EXIT_TIMEOUT_S
-        while any(_running(pid) for pid in executors) and time.monotonic() < deadline:
+        while any(alive(pid) for pid in executors) and time.monotonic() < deadline:
             time.sleep(0.2)
     finally:
         stop_active_session()
@@ -99,19 +101,11 @@ def _train(staging: Path) -> None:
         shutil.rmtree(staging / "run", ignore_errors=True)
 
 
-def _cmdline(pid: int) -> bytes:
+def _cmdline(pid: int) -> str:
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return b""
-
-
-def _running(pid: int) -> bool:
-    """Alive and not a zombie (an exited executor stays one until its worker reaps it)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
-    except (OSError, IndexError):
-        return False
+        return " ".join(psutil.Process(pid).cmdline())
+    except psutil.Error:
+        return ""
 
 
 def main(argv: list[str]) -> int:
