@@ -14,8 +14,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import psutil
-
 from core.errors import SpongeError
 from core.spark.class_archive import DEFAULT_ROOT, ClassArchive, current_key
 
@@ -72,6 +70,7 @@ def _train(staging: Path) -> None:
     from core.spark.cluster_config import ClusterConfig, WorkerSpec
     from core.spark.runner import RunConfig, run_query
     from core.spark.session import SparkConfig, stop_active_session
+    from core.spark.vm_pool import EXECUTOR_CLASS, cmdline
 
     archive = ClassArchive(staging, recording=True)
     worker = WorkerSpec(cores=2, memory_mb=1024)
@@ -89,7 +88,7 @@ def _train(staging: Path) -> None:
                     spark=spark,
                 )
             )
-        executors = [pid for pid in cluster.pids() if "CoarseGrainedExecutorBackend" in _cmdline(pid)]
+        executors = [pid for pid in cluster.pids() if any(a.endswith(EXECUTOR_CLASS) for a in cmdline(pid))]
         for pid in executors:
             os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + EXECUTOR_EXIT_TIMEOUT_S
@@ -99,13 +98,6 @@ def _train(staging: Path) -> None:
         stop_active_session()
         cluster.stop()
         shutil.rmtree(staging / "run", ignore_errors=True)
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return " ".join(psutil.Process(pid).cmdline())
-    except psutil.Error:
-        return ""
 
 
 def main(argv: list[str]) -> int:

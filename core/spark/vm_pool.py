@@ -375,7 +375,7 @@ class VmPool:
             if vm.executor_id is not None or vm.worker.pid is None or vm.released_t is not None:
                 continue
             for pid in descendants(vm.worker.pid):
-                args = _cmdline(pid)
+                args = cmdline(pid)
                 is_executor = any(a.endswith(EXECUTOR_CLASS) for a in args)
                 if is_executor and _arg(args, "--executor-id") == executor_id:
                     vm.executor_id, vm.executor_pid = executor_id, pid
@@ -386,7 +386,7 @@ class VmPool:
                     return
 
 
-def _cmdline(pid: int) -> list[str]:
+def cmdline(pid: int) -> list[str]:
     """`pid`'s arguments; [] when it has exited meanwhile or cannot be read."""
     try:
         return psutil.Process(pid).cmdline()
