@@ -24,16 +24,14 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from core import errors, latency
+from core import latency
 from core.ablations import ABLATIONS, BASELINES, moved_by_key
 from core.drill.calibrate import (
     PROBE_SCHEDULE,
@@ -45,9 +43,10 @@ from core.drill.calibrate import (
     fit,
     offload_cost,
 )
-from core.drill.run_policy import ERROR_FILE, PolicyRun
+from core.drill.run_policy import PolicyRun
+from core.drill.spark_app import SparkApp
 from core.drill.steady import LEAD_RAMP_S
-from core.errors import ConfigError, JvmDiedError, SpongeError
+from core.errors import ConfigError
 from core.kinesis import KinesisEndpoint
 from core.nexmark.patterns import BurstPattern, Trace
 from core.nexmark.schedule import RateSchedule
@@ -175,27 +174,27 @@ def run_drill(config: DrillConfig, status: Callable[[str], None] = print) -> dic
     """Run every policy on the same trace; returns the report dict (see core/drill/report.py)."""
     config.report.mkdir(parents=True, exist_ok=True)
     pattern = BurstPattern.parse(config.pattern)
-    calibration = calibrate(config, status)
-    rate = calibration.rate
-    trace = pattern.trace(rate, config.duration_s, config.lead_s, ramp_s=LEAD_RAMP_S)
-    per_core = calibration.per_core_rate / len(config.vm_cpus)
-    reference = _reference(config, trace) if config.check_reference else None
     provisioned = provisioned_environments(config.target)
     runs = []
-    for policy in config.policies:
-        status(
-            f"{policy}: {trace.events:,} events, {config.duration_s:g} s of {trace.pattern} on {rate:,.0f}/s"
-        )
-        # Sponge runs the routed plan only when offloading pays; otherwise its policy watches the plain
-        # plan and logs each burst as no-gain (docs/adr/0011).
-        routed = policy in OFFLOADING and calibration.offload_pays
-        spec = replace(
-            _spec(config, policy, trace, per_core, routed),
-            offload_cost=calibration.offload_cost,
-            epoch_fixed_s=calibration.fixed_s(routed=routed),
-        )
-        result = _run_child(spec, config.report / policy, status)
-        runs.append(_summarise(config, spec, trace, result, reference, provisioned))
+    with SparkApp(config.report) as app:
+        calibration = calibrate(config, status, app)
+        rate = calibration.rate
+        trace = pattern.trace(rate, config.duration_s, config.lead_s, ramp_s=LEAD_RAMP_S)
+        per_core = calibration.per_core_rate / len(config.vm_cpus)
+        reference = _reference(config, trace) if config.check_reference else None
+        for policy in config.policies:
+            what = f"{config.duration_s:g} s of {trace.pattern} on {rate:,.0f}/s"
+            status(f"{policy}: {trace.events:,} events, {what}")
+            # Sponge runs the routed plan only when offloading pays; otherwise its policy watches the
+            # plain plan and logs each burst as no-gain (docs/adr/0011).
+            routed = policy in OFFLOADING and calibration.offload_pays
+            spec = replace(
+                _spec(config, policy, trace, per_core, routed),
+                offload_cost=calibration.offload_cost,
+                epoch_fixed_s=calibration.fixed_s(routed=routed),
+            )
+            result = app.run(spec, config.report / policy, status)
+            runs.append(_summarise(config, spec, trace, result, reference, provisioned))
     return {
         "query": config.query,
         "pattern": trace.pattern,
@@ -212,7 +211,7 @@ def run_drill(config: DrillConfig, status: Callable[[str], None] = print) -> dic
     }
 
 
-def calibrate(config: DrillConfig, status: Callable[[str], None]) -> Calibration:
+def calibrate(config: DrillConfig, status: Callable[[str], None], app: SparkApp) -> Calibration:
     """The stable rate (utilisation 0.7) and the offload cost, from probes cached per query and window.
 
     Two paced probes (core/drill/calibrate.py): one plain, one offloading a fixed share; each is fitted
@@ -228,11 +227,11 @@ def calibrate(config: DrillConfig, status: Callable[[str], None]) -> Calibration
     elif config.stable_rate:  # set by hand: no probes, the default offload cost
         return Calibration(rate=config.stable_rate, offload_cost=DEFAULT_OFFLOAD_COST)
     else:
-        plain = _probe(config, "probe", 0.0, status)
+        plain = _probe(config, "probe", 0.0, status, app)
         found = Calibration(rate=round(plain.stable_rate(BATCH_CAP), -2), offload_cost=0.0, plain=plain)
     if found.routed is None and found.plain is not None and "sponge" in config.policies:
         try:
-            routed = _probe(config, "probe-offload", PROBE_SHARE, status)
+            routed = _probe(config, "probe-offload", PROBE_SHARE, status, app)
         except UnfittedProbe as e:
             # A machine slow enough for few, long epochs: the stable rate stands, and the offload cost
             # only tunes sponge's share. The routed fit stays unset, so the next drill probes again.
@@ -259,7 +258,9 @@ def calibration_key(config: DrillConfig) -> dict[str, Any]:
     }
 
 
-def _probe(config: DrillConfig, name: str, share: float, status: Callable[[str], None]) -> EpochCost:
+def _probe(
+    config: DrillConfig, name: str, share: float, status: Callable[[str], None], app: SparkApp
+) -> EpochCost:
     what = f"offloading {share:.0%}" if share else "on the VM alone"
     status(f"probing the VM's epoch cost {what}: paced steps {PROBE_SCHEDULE} (seconds:events/s) ...")
     schedule = RateSchedule.parse(PROBE_SCHEDULE)
@@ -270,7 +271,7 @@ def _probe(config: DrillConfig, name: str, share: float, status: Callable[[str],
         share=share,
         output=str(config.report / name / "output"),  # each probe its own: a routed one leaves a log
     )
-    result = _run_child(spec, config.report / name, status)
+    result = app.run(spec, config.report / name, status)
     return fit([latency.Epoch(**e) for e in result["epochs"]])
 
 
@@ -288,6 +289,7 @@ def _spec(config: DrillConfig, policy: str, trace: Trace, per_core: float, route
         output=str(config.report / policy / "output"),
         master="standalone",
         vm_cpus=vm_cpus,
+        base_cpus=list(config.vm_cpus),  # every run's application has the drill's base VM
         shuffle_partitions=shuffle_partitions(config),
         batch_events=BATCH_CAP * len(vm_cpus),
         onset_s=trace.bursts[0][0] if trace.bursts else None,
@@ -355,62 +357,6 @@ def deployment(spec: PolicyRun) -> dict[str, Any]:
         "adds": adds,
         "lacks": BASELINES[spec.ablation].lacks if spec.ablation is not None else None,
     }
-
-
-def _run_child(spec: PolicyRun, directory: Path, status: Callable[[str], None]) -> dict[str, Any]:
-    directory.mkdir(parents=True, exist_ok=True)
-    spec_path, result_path, log_path = (
-        directory / "spec.json",
-        directory / "result.json",
-        directory / "run.log",
-    )
-    spec = replace(spec, jvm_log=str(directory / "jvm.log"))  # beside run.log
-    spec_path.write_text(json.dumps(asdict(spec)))
-    result_path.unlink(missing_ok=True)
-    error_path = directory / ERROR_FILE
-    error_path.unlink(missing_ok=True)
-    started = time.time()
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "core.drill.run_policy", str(spec_path), str(result_path)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            while proc.poll() is None:
-                time.sleep(1.0)
-                status(f"{spec.policy}: {time.time() - started:.0f} s")
-        except BaseException:  # interrupted: the child stops its agent and VMs on SIGTERM
-            proc.terminate()
-            proc.wait(timeout=30)
-            raise
-    if proc.returncode != 0 or not result_path.exists():
-        raise _child_failure(spec, proc.returncode, directory)
-    return json.loads(result_path.read_text())
-
-
-def _child_failure(spec: PolicyRun, returncode: int, directory: Path) -> SpongeError:
-    """Why a policy's (or a probe's) process failed: the error it reported (a JVM that died says why:
-    core/spark/jvm_failure.py), else what its JVM's log shows, else the tail of its run.log."""
-    from core.spark.jvm_failure import find_cause, read_log
-    from core.spark.session import format_mb
-
-    run = "the calibration probe" if spec.policy == "probe" else f"the {spec.policy} run"
-    log_path, jvm_log = directory / "run.log", directory / "jvm.log"
-    error_path = directory / ERROR_FILE
-    if error_path.exists():
-        reported = json.loads(error_path.read_text())
-        kind = getattr(errors, str(reported.get("kind")), SpongeError)
-        kind = kind if isinstance(kind, type) and issubclass(kind, SpongeError) else SpongeError
-        return kind(f"{run} failed: {reported['message']}", hint=reported.get("hint") or f"see {log_path}")
-    cause = find_cause(read_log(jvm_log))
-    if cause.oom is not None:  # the process died before it could say (e.g. killed with its JVM)
-        return JvmDiedError(
-            f"{run} failed (exit {returncode}): its JVM ran out of memory: {cause.oom}",
-            hint=f"raise --driver-memory (now {format_mb(spec.memory.driver_mb)}); see {jvm_log}",
-        )
-    tail = "".join(log_path.read_text().splitlines(keepends=True)[-5:]) if log_path.exists() else ""
-    return SpongeError(f"{run} failed (exit {returncode}): {tail.strip()}", hint=f"see {log_path}")
 
 
 def _reference(config: DrillConfig, trace: Trace) -> Any:

@@ -1,18 +1,26 @@
-"""One policy's run of a drill, in its own process: `python -m core.drill.run_policy SPEC.json OUT.json`.
+"""The drill's runs, in one child process holding one Spark application: `python -m core.drill.run_policy`
+reads one `[SPEC.json, OUT.json]` line per run from its stdin and writes OUT.json when the run is done.
 
-Why a process per run: each policy needs its own Spark JVM with its own CPU set (the "VM" cores;
-Over gets them all), and a JVM inherits its CPU affinity from the process that starts it. The agent
-and its Lambda workers are pinned to the other cores, so offloading adds capacity instead of
-stealing it from the VMs.
+Why a child process: the drill pins the VM side (the driver, its JVM and the base VM) to the VM cores,
+and a JVM inherits its CPU affinity from the process that starts it. The agent and its Lambda workers
+are pinned to the other cores, so offloading adds capacity instead of stealing it from the VMs.
+
+Why one application for every run (the probes' and each policy's): a run in a process of its own paid
+20-24 s before its VMs were up, 25-40 s before its first epoch committed and a warm-up on top of its
+trace; five of them made `make drill` 7-14 minutes (docs/adr/0059). Here the JVMs, their compiled code
+and the executors' Python workers carry over, and a run pays its warm-up only.
 
 With `standalone` the VMs are workers of a Spark standalone cluster on 127.0.0.1 (core/spark/vm_pool.py):
 the base VM's worker is pinned to the VM cores, the driver too, and VMs added at run time (VMBase,
-VMInit, persistent bursts) to the worker cores. The monitor's CPU then covers the driver and every
-executor JVM with its Python workers, and its vm_cores counts the cores of the registered executors.
+VMInit, persistent bursts) to the worker cores. Over runs on one VM with all of its cores instead of
+the base VM, the driver pinned to them too. After each run the pool returns to its base VM. The
+monitor's CPU covers the driver and every executor JVM with its Python workers, and its vm_cores
+counts the cores of the registered executors.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -56,6 +64,7 @@ STANDALONE_CONF = (("spark.locality.wait", "0"),)
 STREAM_SHARDS = 2  # a run's stream: its records are read by one task per shard
 PRODUCER_WAIT_S = 30.0  # a run over Kinesis ends at its stream's end markers: its producer is done by then
 ERROR_FILE = "error.json"  # a failed run's error for the drill: {"kind", "message", "hint"}
+RUN_LOG = "run.log"  # beside a run's spec: what the child printed during the run
 
 
 @dataclass(frozen=True)
@@ -69,7 +78,7 @@ class PolicyRun:
     schedule: str
     output: str
     master: str
-    vm_cpus: list[int]
+    vm_cpus: list[int]  # the run's VM cores: the base VM's, and (Over) those of VMs grown for the run
     shuffle_partitions: int = 2  # one per core the run's VMs can ever hold (drill._spec)
     worker_cpus: list[int] = field(default_factory=list)
     offload: bool = False  # work goes to the agent's workers (sponge, the baselines of core/ablations.py)
@@ -101,6 +110,7 @@ class PolicyRun:
     epoch_fixed_s: float | None = None  # the calibrated fixed epoch cost: the monitor's utilisation
     memory: MemoryConfig = field(default_factory=MemoryConfig)  # heaps and state store (the drill's flags)
     jvm_log: str | None = None  # where the JVM's output goes (default: beside the output directory)
+    base_cpus: list[int] | None = None  # the application's base VM's cores (None: vm_cpus)
     # The Kinesis stream the trace is read from (core.kinesis.KinesisEndpoint's fields), which a producer
     # process fills at the schedule's pace from the run's start; None: the generator paces the events.
     kinesis: dict[str, Any] | None = None
@@ -151,6 +161,7 @@ class DrillHooks(RunHooks):
         self._vm_scale = 1.0
         self.producer: subprocess.Popen[bytes] | None = None  # a run over Kinesis: what fills the stream
         self.producer_exit: int | None = None
+        self._executors_before: list[dict[str, Any]] = []  # the application's earlier runs' tasks
         self.migrations: list[float] = []  # a baseline's task migrations: when each plan change came
         self._migrate = threading.Event()
 
@@ -172,6 +183,7 @@ class DrillHooks(RunHooks):
         from policy.offload_policy import PolicyConfig, SpongePolicy
 
         self.session, self.origin = session, origin
+        self._executors_before = self.pool.executors() if self.pool is not None else []
         self.steady.origin = origin
         released_cap = self.run.events + 1
 
@@ -305,7 +317,7 @@ class DrillHooks(RunHooks):
         if self.producer is not None:
             self.producer_exit = stop_producer(self.producer)
         if self.pool is not None:  # while the application still runs: where its tasks ran
-            self.executors = self.pool.executors()
+            self.executors = _since(self.pool.executors(), self._executors_before)
 
     def vm_result(self) -> dict[str, Any]:
         """The VM side's record for the drill: each VM's stamps, the executors' tasks, the actions taken."""
@@ -325,6 +337,21 @@ class DrillHooks(RunHooks):
             {"observation": asdict(o), "decision": asdict(d) if d is not None else None, "gauges": g}
             for o, d, g in self.loop.samples
         ]
+
+
+def _since(executors: list[dict[str, Any]], before: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The run's share of the application's executors: those alive at its start or started since, with
+    the tasks they ran since."""
+    earlier = {e["id"]: e for e in before}
+    out = []
+    for e in executors:
+        was = earlier.get(e["id"])
+        if was is not None and not was["active"]:
+            continue
+        if was is not None:
+            e = {**e, **{k: e[k] - was[k] for k in ("completed_tasks", "failed_tasks")}}
+        out.append(e)
+    return out
 
 
 def start_producer(spec: PolicyRun) -> subprocess.Popen[bytes]:
@@ -357,42 +384,99 @@ def capacity_file(spec: PolicyRun) -> Path:
     return out.parent / f"{out.name}-capacity"
 
 
-def run(spec: PolicyRun) -> dict[str, Any]:
-    os.sched_setaffinity(0, set(spec.vm_cpus))  # the JVM and its Python workers inherit it
-    pool = _start_vms(spec) if spec.standalone else None
-    try:
-        return _run(spec, pool)
-    finally:
-        if pool is not None:
+class Application:
+    """The drill's one Spark application: its VMs and driver, started for the first run and kept for the
+    runs after it. Every run must share the first one's master and base VM cores."""
+
+    def __init__(self) -> None:
+        self.pool: Any = None  # core.spark.vm_pool.VmPool of a standalone application
+        self.base: frozenset[int] | None = None
+        self.master: str | None = None
+
+    def run(self, spec: PolicyRun) -> dict[str, Any]:
+        if self.base is None:
+            self.base, self.master = frozenset(spec.base_cpus or spec.vm_cpus), spec.master
+            _pin(self.base)  # before the JVMs start: they inherit it
+            self.pool = _start_vms(spec, self.base) if spec.standalone else None
+        bigger = self._bigger_vm(spec)
+        _pin(frozenset(spec.vm_cpus))
+        try:
+            if bigger is not None:
+                self.pool.replace_base(bigger)
+            if self.pool is not None and spec.warm_vms:
+                self.pool.prewarm(spec.warm_vms)
+            return _run(spec, self.pool)
+        finally:
+            if self.pool is not None:
+                self.pool.reset()
+            _pin(self.base)
+
+    def _bigger_vm(self, spec: PolicyRun) -> Any:
+        """The VM a run with more VM cores than the base VM's runs on instead (Over's), else None."""
+        from core.spark.cluster_config import WorkerSpec
+
+        base = frozenset(spec.base_cpus or spec.vm_cpus)
+        if base != self.base or spec.master != self.master or spec.standalone != (self.pool is not None):
+            first = f"{self.master}, base VM cores {sorted(self.base or ())}"
+            raise ConfigError(
+                f"the {spec.policy} run needs another application ({spec.master}, base VM cores "
+                f"{sorted(base)}) than the drill's first run started ({first})",
+                hint="every run of one drill shares its master and base VM cores",
+            )
+        if frozenset(spec.vm_cpus) == base:
+            return None
+        if self.pool is None:
+            raise ConfigError(
+                f"the {spec.policy} run has more VM cores than the base VM, and only standalone VMs can grow",
+                hint="run it on the standalone VMs (PolicyRun.standalone)",
+            )
+        cpus = tuple(sorted(spec.vm_cpus))
+        memory_mb = spec.memory.executor_mb or 1024
+        return WorkerSpec(cores=SLOTS_PER_CPU * len(cpus), memory_mb=memory_mb, cpus=cpus)
+
+    def close(self) -> None:
+        if self.pool is not None:
             from core.spark.session import stop_active_session
 
             stop_active_session()
-            pool.stop()
+            self.pool.stop()
 
 
-def _start_vms(spec: PolicyRun) -> Any:
-    """The standalone "VMs": the base VM (the VM cores), the driver on it, the pool attached to the app.
+def _pin(cpus: frozenset[int]) -> None:
+    """Pin every thread of this process and of its driver JVM to `cpus` (Linux affinity is per thread;
+    threads started later inherit their starter's)."""
+    from core.spark.session import current_jvm
 
-    A VMInit run's VMs are started here too, before the warm-up: booted and registered, holding no
-    executor until the policy asks for them.
-    """
+    jvm = current_jvm()
+    pids = [os.getpid()] + ([jvm.proc.pid] if jvm is not None and jvm.proc is not None else [])
+    for pid in pids:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except FileNotFoundError:  # the JVM has exited: the run reports why
+            continue
+        for tid in tids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.sched_setaffinity(int(tid), cpus)
+
+
+def _start_vms(spec: PolicyRun, base_cpus: frozenset[int]) -> Any:
+    """The standalone "VMs": the base VM (the VM cores), the driver on it, the pool attached to the app."""
     from core.spark.cluster_config import WorkerSpec
     from core.spark.session import spark_session, stop_active_session
     from core.spark.vm_pool import VmPool
 
     out = Path(spec.output)
     memory_mb = spec.memory.executor_mb or 1024  # each VM offers exactly its executor's heap
-    base = WorkerSpec(cores=SLOTS_PER_CPU * len(spec.vm_cpus), memory_mb=memory_mb, cpus=tuple(spec.vm_cpus))
+    cpus = tuple(sorted(base_cpus))
+    base = WorkerSpec(cores=SLOTS_PER_CPU * len(cpus), memory_mb=memory_mb, cpus=cpus)
     new_vm = WorkerSpec(
         cores=SLOTS_PER_CPU * len(spec.worker_cpus), memory_mb=memory_mb, cpus=tuple(spec.worker_cpus)
     )
     started = time.monotonic()
-    pool = VmPool.start(out.parent / f"{out.name}-cluster", base, new_vm)
+    pool = VmPool.start(out.parent.parent / "cluster", base, new_vm)
     try:
         spark = spark_session(_spark_config(spec, pool.master_url))
         pool.attach(spark)
-        if spec.warm_vms:
-            pool.prewarm(spec.warm_vms)
     except BaseException:
         stop_active_session()
         pool.stop()
@@ -532,19 +616,55 @@ def _keep_epoch(progress: dict, into: list[Epoch]) -> None:
 
 
 def main(argv: list[str]) -> int:
+    """Serve runs until stdin closes; the first that fails ends the process (its JVM may be gone)."""
     # A terminated run unwinds like an interrupted one, so the agent, its workers and the VMs it
     # started are stopped by the runner's own clean-up instead of outliving it.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
-    spec = PolicyRun(**json.loads(Path(argv[0]).read_text()))
+    app = Application()
     try:
-        result = run(spec)
-    except SpongeError as e:  # the drill re-raises it as it is (a dead JVM says why, not a traceback)
-        report = {"kind": type(e).__name__, "message": e.message, "hint": e.hint}
-        Path(argv[1]).with_name(ERROR_FILE).write_text(json.dumps(report))
-        print(f"error: {e.one_line()}", file=sys.stderr, flush=True)
-        return 2
-    Path(argv[1]).write_text(json.dumps(result))
+        for line in sys.stdin:
+            spec_path, result_path = (Path(p) for p in json.loads(line))
+            spec = PolicyRun(**json.loads(spec_path.read_text()))
+            with _output_to(spec_path.with_name(RUN_LOG)):
+                try:
+                    result = app.run(spec)
+                except SpongeError as e:  # the drill re-raises it as it is (a dead JVM says why)
+                    report = {"kind": type(e).__name__, "message": e.message, "hint": e.hint}
+                    _write(result_path.with_name(ERROR_FILE), report)
+                    print(f"error: {e.one_line()}", file=sys.stderr, flush=True)
+                    return 2
+            _write(result_path, result)
+    finally:
+        app.close()
     return 0
+
+
+@contextlib.contextmanager
+def _output_to(log: Path) -> Any:
+    """This process's stdout and stderr (file descriptors, so what the runner's libraries print too) go
+    to `log` for the run."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = (os.dup(1), os.dup(2))
+    with open(log, "ab") as f:
+        os.dup2(f.fileno(), 1)
+        os.dup2(f.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+
+
+def _write(path: Path, value: Any) -> None:
+    """Whole or not at all: the drill reads the file as soon as it appears."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(value))
+    os.replace(tmp, path)
 
 
 if __name__ == "__main__":

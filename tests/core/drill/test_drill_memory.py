@@ -1,6 +1,5 @@
 """A drill's configuration is refused before its first probe when it cannot work, every run it starts
-gets the drill's memory, and a run whose JVM died reaches the user as the error the run reported.
-Fast: no Spark; the one child process here fails before it would start one."""
+gets the drill's memory. Fast: no Spark."""
 
 from __future__ import annotations
 
@@ -12,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from core.drill import drill
-from core.drill.drill import DrillConfig, _child_failure, _run_child, _spec
-from core.drill.run_policy import ERROR_FILE, PolicyRun
-from core.errors import ConfigError, JvmDiedError, SpongeError
+from core.drill.drill import DrillConfig, _spec
+from core.drill.run_policy import PolicyRun
+from core.errors import ConfigError
 from core.nexmark.patterns import BurstPattern
 from core.spark.session import MachineMemory, MemoryConfig
 
@@ -114,61 +113,3 @@ def test_a_probe_measured_with_other_memory_is_not_reused() -> None:
         MemoryConfig(driver_mb=2048, executor_mb=2048, rocksdb_mb=512),
     ):
         assert drill.calibration_key(replace(base, query="q1", memory=other))["memory"] != key["memory"]
-
-
-def _spec_for(tmp_path: Path, policy: str = "probe", query: str = "q5") -> PolicyRun:
-    return PolicyRun(
-        policy=policy,
-        query=query,
-        events=1000,
-        seed=0,
-        schedule="10:1000",
-        output=str(tmp_path / policy / "output"),
-        master="local[2,4]",
-        vm_cpus=[0],
-        memory=MemoryConfig(driver_mb=1024),
-    )
-
-
-def test_the_error_a_run_reported_reaches_the_user_as_it_was(tmp_path: Path) -> None:
-    spec = _spec_for(tmp_path)
-    died = JvmDiedError(
-        "Spark's JVM died of java.lang.OutOfMemoryError: Java heap space in StateStoreSaveExec",
-        hint="raise it, e.g. --driver-memory 2g; the JVM's log: x/jvm.log",
-    )
-    (tmp_path / ERROR_FILE).write_text(
-        json.dumps({"kind": type(died).__name__, "message": died.message, "hint": died.hint})
-    )
-    e = _child_failure(spec, 2, tmp_path)
-    assert isinstance(e, JvmDiedError)
-    assert e.message == f"the calibration probe failed: {died.message}" and e.hint == died.hint
-
-
-def test_a_run_that_died_silently_is_read_from_its_jvm_log(tmp_path: Path) -> None:
-    (tmp_path / "jvm.log").write_text("#\n# java.lang.OutOfMemoryError: Java heap space\n")
-    (tmp_path / "run.log").write_text(
-        "Traceback (most recent call last):\nConnectionRefusedError: [Errno 111]\n"
-    )
-    e = _child_failure(replace(_spec_for(tmp_path), policy="sponge"), -9, tmp_path)
-    assert isinstance(e, JvmDiedError)
-    assert (
-        "the sponge run failed (exit -9): its JVM ran out of memory: java.lang.OutOfMemoryError" in e.message
-    )
-    assert "--driver-memory (now 1g)" in e.hint
-
-
-def test_a_run_that_failed_otherwise_shows_its_log_s_tail(tmp_path: Path) -> None:
-    (tmp_path / "run.log").write_text("line\n" * 10 + "RuntimeError: boom\n")
-    e = _child_failure(_spec_for(tmp_path), 1, tmp_path)
-    assert type(e) is SpongeError and e.message.endswith("RuntimeError: boom")
-    assert "run.log" in e.hint
-
-
-def test_a_child_s_error_travels_through_its_process(tmp_path: Path) -> None:
-    """The real child process (`python -m core.drill.run_policy`), failing before it starts Spark: its
-    error comes back whole, with no traceback."""
-    spec = _spec_for(tmp_path, query="q42")
-    with pytest.raises(ConfigError) as e:
-        _run_child(spec, tmp_path / "probe", status=lambda _: None)
-    assert e.value.message == "the calibration probe failed: unknown query 'q42'"
-    assert "sponge queries" in e.value.hint and "Traceback" not in e.value.one_line()
