@@ -85,6 +85,19 @@ def fit(epochs: Sequence[Epoch], skip: int = SKIP_EPOCHS) -> EpochCost:
     return EpochCost(fixed_s=max(float(fixed), 0.0), per_event_s=float(per_event), epochs=len(rows))
 
 
+def fit_probe(warmup: Sequence[Epoch], trace: Sequence[Epoch]) -> EpochCost:
+    """A probe's line from both of its ends: the warm-up's small epochs, about F each (their later half),
+    and the trace's full ones (after its first SKIP_EPOCHS, a new query's planning and catch-up)."""
+    ordered = sorted(trace, key=lambda e: e.started_t)
+    return fit([*later_half(warmup), *ordered[SKIP_EPOCHS:]], skip=0)
+
+
+def later_half(epochs: Sequence[Epoch]) -> list[Epoch]:
+    """A warm-up's epochs without its first half, which pays for planning and code generation."""
+    ordered = sorted(epochs, key=lambda e: e.started_t)
+    return ordered[len(ordered) // 2 :]
+
+
 def fixed_from_small_epochs(epochs: Sequence[Epoch]) -> float | None:
     """The fixed epoch cost F from epochs too small for their records to count (a run's warm-up): the
     median duration of their later half, the first ones paying for planning and code generation.
@@ -93,8 +106,7 @@ def fixed_from_small_epochs(epochs: Sequence[Epoch]) -> float | None:
     micro-batch engine keeps busy at any rate, so the policy fired on a steady run (seen: CPU 0.84 at
     the stable rate, offloading before the burst). With F the load is the epoch utilisation again.
     """
-    ordered = sorted(epochs, key=lambda e: e.started_t)
-    later = [e.commit_t - e.started_t for e in ordered[len(ordered) // 2 :]]
+    later = [e.commit_t - e.started_t for e in later_half(epochs)]
     return float(np.median(later)) if later else None
 
 
@@ -117,13 +129,12 @@ def offload_cost(plain: EpochCost, routed: EpochCost, share: float) -> float:
 
 
 MAX_OFFLOAD_COST = 10.0  # beyond it the number only says "much worse"
-# Two steps, so the fit has both ends of the line: 14 s at 20,000/s gives epochs of about F (far below
-# any VM's capacity), then 4 s at 400,000/s releases 1.6 M events faster than one VM core admits them
-# (its cap over an epoch's fixed cost), so the epochs that follow are full. A ramp found the same line
-# only when it crossed the capacity, and ran again, steeper, when it had not (ADR 0043). The first step
-# was 8 s until a slow machine's routed probe spent all of it in its first two epochs (5.2 s and 2.6 s,
-# both skipped or catching up), left the fit no small epoch, and read k = 2.21 (ADR 0058).
-PROBE_SCHEDULE = "14:20000,4:400000"
+# The probe's full epochs: 3 s at 400,000/s release 1.2 M events faster than one VM core admits them
+# (its cap over an epoch's fixed cost), so the epochs after the first two are full. The line's other end
+# is the warm-up's small epochs (fit_probe). A first step of small paced epochs did that until the drill's
+# runs shared one application (ADR 0059), and cost 14 s of every probe; a slow machine's routed probe
+# once spent an 8-s first step in its first two epochs and left the fit no small epoch (ADR 0058).
+PROBE_SCHEDULE = "3:400000"
 # The routed probe offloads this share. At 0.8 the workers' one core, not the VM, set the routed epochs'
 # length: 400,000 offloaded events an epoch took 2.6 s on the workers while the VM needed ~1.7 s, which
 # read as an offload cost of 0.88 where the drill's routed epochs showed ~0.15, and sponge, sized on
@@ -136,8 +147,9 @@ PROBE_SHARE = 0.5
 # 9: the workers' stream of a generated source has no watermark and no task while idle; 10: two steps,
 # small epochs then full ones, instead of a ramp; 11: progress crosses py4j as JSON, and the warm-up
 # starts a Python worker per task slot, both cheaper epochs; 12: a source task holds 200,000 records;
-# 13: the routed probe offloads half, a longer first step, and the JVMs map class archives).
-PROBE_VERSION = 13
+# 13: the routed probe offloads half, a longer first step, and the JVMs map class archives; 14: one
+# application for every run, the warm-up's epochs as the small ones).
+PROBE_VERSION = 14
 
 
 @dataclass(frozen=True)

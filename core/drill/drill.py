@@ -40,7 +40,7 @@ from core.drill.calibrate import (
     Calibration,
     EpochCost,
     UnfittedProbe,
-    fit,
+    fit_probe,
     offload_cost,
 )
 from core.drill.run_policy import PolicyRun
@@ -272,7 +272,9 @@ def _probe(
         output=str(config.report / name / "output"),  # each probe its own: a routed one leaves a log
     )
     result = app.run(spec, config.report / name, status)
-    return fit([latency.Epoch(**e) for e in result["epochs"]])
+    return fit_probe(
+        [latency.Epoch(**e) for e in result["warmup_epochs"]], [latency.Epoch(**e) for e in result["epochs"]]
+    )
 
 
 def _spec(config: DrillConfig, policy: str, trace: Trace, per_core: float, routed: bool) -> PolicyRun:

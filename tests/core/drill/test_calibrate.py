@@ -11,6 +11,7 @@ from core.drill.calibrate import (
     Calibration,
     EpochCost,
     fit,
+    fit_probe,
     fixed_from_small_epochs,
     offload_cost,
 )
@@ -61,12 +62,24 @@ def test_an_offload_that_costs_the_vm_more_than_keeping_is_measured_not_capped()
 
 
 def test_the_probe_fills_several_epochs_faster_than_a_core_admits_them() -> None:
-    """The second step must leave full epochs behind it: more events than four capped epochs, released
+    """The probe must leave full epochs behind its first two: more events than six capped epochs, released
     faster than one core's cap over a fixed cost of half a second (F is 0.4-1.5 s on every query here)."""
-    small, big = RateSchedule.parse(PROBE_SCHEDULE).segments
-    assert big.rate_start >= BATCH_CAP / 0.5
-    assert big.duration_s * big.rate_start >= 4 * BATCH_CAP
-    assert small.rate_start * 1.5 < BATCH_CAP  # epochs of up to 1.5 s stay far below the cap
+    (step,) = RateSchedule.parse(PROBE_SCHEDULE).segments
+    assert step.rate_start >= BATCH_CAP / 0.5
+    assert step.duration_s * step.rate_start >= 6 * BATCH_CAP
+
+
+def test_a_probe_s_line_joins_its_warm_up_s_small_epochs_and_its_trace_s_full_ones() -> None:
+    """Warm-up: four slow first epochs, then four of 3,750 events at about F. Trace: two slow first
+    epochs, then full ones of 200,000 events. T = 0.8 s + 2 us x n."""
+    warmup = epochs([(3_750, 2e-6)] * 6, fixed=0.8)  # the helper's two slow ones, then six
+    trace = epochs([(200_000, 2e-6)] * 4, fixed=0.8)
+    cost = fit_probe(list(reversed(warmup)), trace)
+    assert cost.fixed_s == pytest.approx(0.8)
+    assert cost.per_event_s == pytest.approx(2e-6)
+    assert cost.epochs == 4 + 4  # the warm-up's later half and the trace after its first two
+    with pytest.raises(SpongeError, match="too few"):  # a trace without full epochs: no line
+        fit_probe(warmup, trace[:2])
 
 
 def test_a_probe_that_cannot_be_fitted_says_what_to_do() -> None:
@@ -104,7 +117,7 @@ def test_an_offload_probe_too_short_to_fit_leaves_the_default_offload_cost_and_p
     plain = EpochCost(fixed_s=1.0, per_event_s=2e-6, epochs=9)
     probed: list[str] = []
 
-    def probe(config, name, share, status):  # type: ignore[no-untyped-def]
+    def probe(config, name, share, status, app):  # type: ignore[no-untyped-def]
         probed.append(name)
         if share:
             fit(epochs([(10_000, 20e-6)] * 2))  # too few epochs: raises
@@ -113,9 +126,9 @@ def test_an_offload_probe_too_short_to_fit_leaves_the_default_offload_cost_and_p
     monkeypatch.setattr(drill, "_probe", probe)
     config = drill.DrillConfig(report=tmp_path, policies=("sponge", "noscaling"))
     said: list[str] = []
-    found = drill.calibrate(config, said.append)
+    found = drill.calibrate(config, said.append, app=None)
     assert found.rate == round(plain.stable_rate(BATCH_CAP), -2) and found.routed is None
     assert found.offload_cost == DEFAULT_OFFLOAD_COST
     assert any("too few" in s and "default offload cost" in s for s in said)
-    assert drill.calibrate(config, said.append) == found
+    assert drill.calibrate(config, said.append, app=None) == found
     assert probed == ["probe", "probe-offload", "probe-offload"]  # the plain probe came from the cache
