@@ -12,8 +12,8 @@ and the executors' Python workers carry over, and a run pays its warm-up only.
 
 With `standalone` the VMs are workers of a Spark standalone cluster on 127.0.0.1 (core/spark/vm_pool.py):
 the base VM's worker is pinned to the VM cores, the driver too, and VMs added at run time (VMBase,
-VMInit, persistent bursts) to the worker cores. Over runs on one VM with all of its cores instead of
-the base VM, the driver pinned to them too. After each run the pool returns to its base VM. The
+VMInit, persistent bursts) to the worker cores. For Over's run the base VM is resized to every core of
+the drill, the driver pinned to them too. After each run the pool returns to its base VM. The
 monitor's CPU covers the driver and every executor JVM with its Python workers, and its vm_cores
 counts the cores of the registered executors.
 """
@@ -397,8 +397,7 @@ class Application:
         self.pool: Any = None  # core.spark.vm_pool.VmPool of a standalone application
         self.base: frozenset[int] | None = None
         self.master: str | None = None
-        self._warmed: set[tuple[Any, ...]] = set()  # plans the base VM's executor has run
-        self._replaced = False  # the last run replaced the base VM's executor (Over's)
+        self._warmed: set[tuple[Any, ...]] = set()  # plans the application has run
 
     def run(self, spec: PolicyRun) -> dict[str, Any]:
         if self.base is None:
@@ -406,25 +405,19 @@ class Application:
             self.pool = _start_vms(spec, self.base) if spec.standalone else None
         elif self.pool is not None:
             self.pool.reset()
-            if self._replaced:  # the base VM's executor is a new JVM, cold
-                self._warmed.clear()
-        bigger = self._bigger_vm(spec)
-        _pin(frozenset(spec.vm_cpus))
-        self._replaced = bigger is not None
-        if bigger is not None:
-            self.pool.replace_base(bigger)
+        cpus = self._vm_cpus(spec)
+        _pin(cpus)
+        if cpus != self.base:
+            self.pool.resize_base(cpus)
         if self.pool is not None and spec.warm_vms:
             self.pool.prewarm(spec.warm_vms)
         plan = (spec.query, spec.offload, spec.ablation, spec.window_size_s, spec.window_slide_s)
-        warmed = bigger is None and plan in self._warmed
-        if bigger is None:
-            self._warmed.add(plan)
+        warmed = plan in self._warmed
+        self._warmed.add(plan)
         return _run(spec, self.pool, warmed)
 
-    def _bigger_vm(self, spec: PolicyRun) -> Any:
-        """The VM a run with more VM cores than the base VM's runs on instead (Over's), else None."""
-        from core.spark.cluster_config import WorkerSpec
-
+    def _vm_cpus(self, spec: PolicyRun) -> frozenset[int]:
+        """The run's VM cores: the base VM's, or more of them for a run whose VM is bigger (Over's)."""
         base = frozenset(spec.base_cpus or spec.vm_cpus)
         if base != self.base or spec.master != self.master or spec.standalone != (self.pool is not None):
             first = f"{self.master}, base VM cores {sorted(self.base or ())}"
@@ -433,16 +426,12 @@ class Application:
                 f"{sorted(base)}) than the drill's first run started ({first})",
                 hint="every run of one drill shares its master and base VM cores",
             )
-        if frozenset(spec.vm_cpus) == base:
-            return None
-        if self.pool is None:
+        if frozenset(spec.vm_cpus) != base and self.pool is None:
             raise ConfigError(
                 f"the {spec.policy} run has more VM cores than the base VM, and only standalone VMs can grow",
                 hint="run it on the standalone VMs (PolicyRun.standalone)",
             )
-        cpus = tuple(sorted(spec.vm_cpus))
-        memory_mb = spec.memory.executor_mb or 1024
-        return WorkerSpec(cores=SLOTS_PER_CPU * len(cpus), memory_mb=memory_mb, cpus=cpus)
+        return frozenset(spec.vm_cpus)
 
     def close(self) -> None:
         if self.pool is not None:
@@ -453,20 +442,13 @@ class Application:
 
 
 def _pin(cpus: frozenset[int]) -> None:
-    """Pin every thread of this process and of its driver JVM to `cpus` (Linux affinity is per thread;
-    threads started later inherit their starter's)."""
+    """Pin this process and its driver JVM to `cpus`."""
+    from core.spark.affinity import pin_process
     from core.spark.session import current_jvm
 
     jvm = current_jvm()
-    pids = [os.getpid()] + ([jvm.proc.pid] if jvm is not None and jvm.proc is not None else [])
-    for pid in pids:
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except FileNotFoundError:  # the JVM has exited: the run reports why
-            continue
-        for tid in tids:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.sched_setaffinity(int(tid), cpus)
+    for pid in [os.getpid()] + ([jvm.proc.pid] if jvm is not None and jvm.proc is not None else []):
+        pin_process(pid, cpus)
 
 
 def _start_vms(spec: PolicyRun, base_cpus: frozenset[int]) -> Any:

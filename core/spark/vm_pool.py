@@ -39,6 +39,7 @@ from typing import Any
 import psutil
 
 from core.errors import ConfigError, SpongeError
+from core.spark.affinity import pin_tree
 from core.spark.cluster import PendingWorker, StandaloneCluster, alive, descendants
 from core.spark.cluster_config import ClusterConfig, WorkerSpec
 
@@ -65,7 +66,6 @@ class Vm:
     worker: PendingWorker
     base: bool = False
     warm: bool = False  # started in advance (VMInit): booted, no executor until requested
-    parked: bool = False  # a base VM whose executor a bigger VM's replaces for a run (VmPool.replace_base)
     requested_t: float | None = None
     usable_t: float | None = None
     released_t: float | None = None
@@ -79,8 +79,6 @@ class Vm:
             return "released"
         if self.executor_id is not None:
             return "usable"
-        if self.parked:
-            return "parked"
         if self.requested_t is None:
             return "warm"  # pre-initialised and not asked for yet
         return "pending"
@@ -177,8 +175,7 @@ class VmPool:
 
     @property
     def base_vms(self) -> int:
-        """The VMs every epoch of the run has: those the pool started with and those grown for the run
-        (never released by the policy)."""
+        """The VMs the pool started with (never released)."""
         return sum(1 for vm in self.vms if vm.base)
 
     # ---- the application ----
@@ -205,37 +202,23 @@ class VmPool:
         for vm in vms:
             vm.worker.wait(timeout_s)
 
-    def replace_base(self, spec: WorkerSpec, timeout_s: float = 120.0) -> Vm:
-        """Run on one VM of `spec` instead of the base VMs until `reset`: a run that owns a bigger VM from
-        its first epoch to its last (Over's, with every core of the drill in one executor, as Over's own
-        application had). The new VM's executor is usable before the base VMs' are stopped, so the
-        application always has an executor; the base VMs' workers stay up, parked, for `reset`."""
+    def resize_base(self, cpus: frozenset[int]) -> None:
+        """Give the base VM `cpus` until `reset`: its executor JVM and Python workers are pinned to them
+        (a VM resized for a run: Over's, with every core of the drill). The executor, its compiled code
+        and its Python workers stay, so the run needs no new JVM."""
         self._need_app()
+        self._refresh(force=True)
         with self._lock:
-            vm = self._new_vm(0.0, warm=False, requested_t=time.time(), spec=spec)
-            vm.base = True
-            self._target += 1
-            self._apply_target()
-        self._wait_usable([vm], timeout_s)
-        with self._lock:
-            base = [v for v in self.vms if v.index in self._first]
-            for v in base:
-                v.parked = True
-            self._target -= len(base)
-            self._kill([v.executor_id for v in base if v.executor_id is not None])
-            self._apply_target()
-        deadline = time.monotonic() + timeout_s
-        while any(v.executor_id is not None for v in base):
-            if time.monotonic() > deadline:
-                raise VmPoolError(f"the base VMs' executors did not stop within {timeout_s:.0f} s")
-            time.sleep(WATCH_INTERVAL_S)
-            self._refresh(force=True)
-        return vm
+            (vm,) = [v for v in self.vms if v.index in self._first]
+            if vm.executor_pid is None:
+                raise VmPoolError("the base VM has no executor to resize")
+            pin_tree(vm.executor_pid, cpus)
+            vm.cores = len(cpus)
 
     def reset(self, timeout_s: float = 120.0) -> None:
         """Back to the VMs the pool started with, for the application's next run: every VM added since
-        (requested, pre-initialised or replacing the base) is released once it is up and forgotten, and
-        parked base VMs get their executors back.
+        (requested or pre-initialised) is released once it is up and forgotten, and a resized base VM
+        gets its own cores back.
 
         A VM still booting cannot be cancelled (see `release`), so it is waited for: its executor would
         otherwise join the next run.
@@ -248,31 +231,16 @@ class VmPool:
             time.sleep(WATCH_INTERVAL_S)
         with self._lock:
             added = [vm for vm in self.vms if vm.index not in self._first]
-            for vm in added:
-                vm.base = False
         self.release(len(added))
-        for vm in added:  # the master must not start the base VMs' executors on a worker going away
-            while vm.worker.pid is not None and alive(vm.worker.pid) and time.monotonic() < deadline:
-                time.sleep(WATCH_INTERVAL_S)
         with self._lock:
             self.vms = [vm for vm in self.vms if vm.index in self._first]
-            parked = [vm for vm in self.vms if vm.parked]
-            for vm in parked:
-                vm.parked = False
             self._target = len(self.vms)
             self._apply_target()
-        self._wait_usable(parked, max(deadline - time.monotonic(), 1.0))
-
-    def _wait_usable(self, vms: list[Vm], timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while any(vm.state != "usable" for vm in vms):
-            if time.monotonic() > deadline:
-                raise VmPoolError(
-                    f"{len(vms)} VM(s) got no executor within {timeout_s:.0f} s",
-                    hint=f"see the worker logs under {self.cluster.config.run_dir}",
-                )
-            time.sleep(WATCH_INTERVAL_S)
-            self._refresh(force=True)
+            for vm in self.vms:  # a resized base VM gets its own cores back
+                spec = vm.worker.spec
+                if vm.cores != cpu_cores(spec) and vm.executor_pid is not None:
+                    pin_tree(vm.executor_pid, frozenset(spec.cpus))
+                    vm.cores = cpu_cores(spec)
 
     def request(self, n: int, delay_s: float) -> list[Vm]:
         """Ask for `n` more VMs: pre-initialised ones first (usable in seconds), then new ones that start
@@ -304,8 +272,11 @@ class VmPool:
             if not chosen:
                 return 0
             self._target -= sum(1 for vm in chosen if vm.state == "usable")
-            # Kill the executors through the driver first so it reschedules their tasks at once.
-            self._kill([vm.executor_id for vm in chosen if vm.executor_id is not None])
+            ids = [vm.executor_id for vm in chosen if vm.executor_id is not None]
+            if ids:  # kill the executors through the driver first so it reschedules their tasks at once
+                jvm = self._sc._jvm
+                seq = jvm.org.apache.spark.api.python.PythonUtils.toSeq(ids)
+                self._sc._jsc.sc().killExecutors(seq)
             self._apply_target()
             now = time.time()
             for vm in chosen:
@@ -385,15 +356,8 @@ class VmPool:
         if self._sc is None:
             raise VmPoolError("the pool is not attached to an application", hint="call attach(spark) first")
 
-    def _kill(self, executor_ids: list[str]) -> None:
-        if executor_ids:
-            jvm = self._sc._jvm
-            self._sc._jsc.sc().killExecutors(jvm.org.apache.spark.api.python.PythonUtils.toSeq(executor_ids))
-
-    def _new_vm(
-        self, delay_s: float, *, warm: bool, requested_t: float | None = None, spec: WorkerSpec | None = None
-    ) -> Vm:
-        spec = spec or self.new_vm
+    def _new_vm(self, delay_s: float, *, warm: bool, requested_t: float | None = None) -> Vm:
+        spec = self.new_vm
         with thread_cpus(frozenset(spec.cpus)):
             worker = self.cluster.add_worker(spec, launch_delay_s=delay_s)
         vm = Vm(index=worker.index, cores=cpu_cores(spec), worker=worker, warm=warm, requested_t=requested_t)

@@ -83,13 +83,13 @@ def test_a_run_needing_another_application_is_refused(tmp_path: Path) -> None:
     app = Application()
     app.base, app.master = frozenset({0}), "local[2,4]"
     spec = _spec_for(tmp_path)
-    assert app._bigger_vm(spec) is None
+    assert app._vm_cpus(spec) == frozenset({0})
     with pytest.raises(ConfigError, match="another application"):
-        app._bigger_vm(replace(spec, base_cpus=[1], vm_cpus=[1]))
+        app._vm_cpus(replace(spec, base_cpus=[1], vm_cpus=[1]))
     with pytest.raises(ConfigError, match="another application"):
-        app._bigger_vm(replace(spec, master="local[4]"))
+        app._vm_cpus(replace(spec, master="local[4]"))
     with pytest.raises(ConfigError, match="only standalone VMs can grow"):  # Over's cores need a VM pool
-        app._bigger_vm(replace(spec, vm_cpus=[0, 1], base_cpus=[0], worker_cpus=[1]))
+        app._vm_cpus(replace(spec, vm_cpus=[0, 1], base_cpus=[0], worker_cpus=[1]))
 
 
 def test_a_run_counts_the_tasks_of_the_executors_it_had() -> None:
