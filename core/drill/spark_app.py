@@ -24,6 +24,7 @@ from core.drill.run_policy import ERROR_FILE, RUN_LOG, PolicyRun
 from core.errors import JvmDiedError, SpongeError
 
 EXIT_WAIT_S = 60.0  # the child stops its application (VMs, agent) before it exits
+POLL_S = 0.2  # how soon a run's result is seen
 
 
 class SparkApp:
@@ -61,7 +62,7 @@ class SparkApp:
             proc.stdin.write(json.dumps([str(spec_path), str(result_path)]) + "\n")
             proc.stdin.flush()
             while not result_path.exists() and not error_path.exists() and proc.poll() is None:
-                time.sleep(1.0)
+                time.sleep(POLL_S)
                 status(f"{spec.policy}: {time.time() - started:.0f} s")
         except BaseException:
             self.close(interrupted=True)
