@@ -210,6 +210,29 @@ def test_missed_targets_are_called_missed() -> None:
     assert "it first offloaded 3.4 s after the onset (target ≤ 2 s: missed)" in text
 
 
+def test_a_target_missed_against_more_vm_cores_says_the_start_made_the_gap() -> None:
+    """Sponge started 1.8x over's p99 on one VM core against two, and the burst raised it less than it
+    raised over: the report names over's extra core before the burst, not the burst, as the gap."""
+
+    def on(cores: int) -> dict[str, Any]:
+        return {"spark": "standalone", "vm_cores": cores}
+
+    sponge = _run("sponge", 2540.0, offloads=True, pre_burst_p99_ms=2150.0, deployment=on(1))
+    over = _run("over", 1800.0, pre_burst_p99_ms=1188.0, deployment=on(2))
+    text = numbers.verdict(_report(sponge, over))
+    assert (
+        "1.41x over's (target ≤ 1.2x: missed: it started 1.81x over's p99 on 1 VM core against 2, and the "
+        "burst raised it 1.18x against over's 1.52x: the gap is over's extra VM core before the burst, not "
+        "the burst)" in text
+    )
+    # A burst that raised sponge more than over: the start is not the whole story, and nothing is said.
+    worse = numbers.verdict(_report({**sponge, "pre_burst_p99_ms": 1200.0}, over))
+    assert "(target ≤ 1.2x: missed);" in worse and "the gap is" not in worse
+    # Equal VM cores: nothing to say about cores.
+    same = numbers.verdict(_report(sponge, {**over, "deployment": on(1)}))
+    assert "(target ≤ 1.2x: missed);" in same
+
+
 def test_no_runs_and_no_burst_still_write_every_file(tmp_path: Path) -> None:
     report = _report(burst=[], rate_by_second=None)
     paths = write_report(report, tmp_path, label="simulated")
