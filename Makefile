@@ -73,7 +73,7 @@ test-fast: setup-fast
 	$(BIN)/python -m pytest -m "not spark and not slow"
 
 drill: setup
-	$(BIN)/sponge drill --query q5 --compare sponge,noscaling,over --pattern sudden:3x:15s --duration 45 --lead 20
+	$(BIN)/sponge drill --query q5 --compare sponge,noscaling,over --pattern sudden:3x:15s --duration 40 --lead 20
 
 # Every query under every burst pattern (3x, as make drill) against sponge, noscaling, vmbase and over: hours.
 # Resumable: run it again after a Ctrl-C and the cells already done are kept (runs/drill-matrix/matrix.md).

@@ -70,16 +70,22 @@ def test_the_probe_fills_several_epochs_faster_than_a_core_admits_them() -> None
 
 
 def test_a_probe_s_line_joins_its_warm_up_s_small_epochs_and_its_trace_s_full_ones() -> None:
-    """Warm-up: four slow first epochs, then four of 3,750 events at about F. Trace: two slow first
-    epochs, then full ones of 200,000 events. T = 0.8 s + 2 us x n."""
+    """Warm-up: slow first epochs, then some of 3,750 events at about F. Trace: a slow first epoch (the
+    helper's first two), then full ones of 200,000 events. Both end on epochs of a few events, the
+    source's end markers, shorter than F: they are no part of the line. T = 0.8 s + 2 us x n."""
     warmup = epochs([(3_750, 2e-6)] * 6, fixed=0.8)  # the helper's two slow ones, then six
-    trace = epochs([(200_000, 2e-6)] * 4, fixed=0.8)
-    cost = fit_probe(list(reversed(warmup)), trace)
+    trace = epochs([(200_000, 2e-6)] * 4, fixed=0.8)[1:]
+    tail = warmup[-1].covered, warmup[-1].commit_t
+    ends = [
+        Epoch(tail[1], tail[1] + 0.6, tail[0], tail[0] + 1),
+        Epoch(tail[1] + 0.6, tail[1] + 1.2, tail[0] + 1, tail[0] + 2),
+    ]
+    cost = fit_probe(list(reversed(warmup + ends)), trace)
     assert cost.fixed_s == pytest.approx(0.8)
     assert cost.per_event_s == pytest.approx(2e-6)
-    assert cost.epochs == 4 + 4  # the warm-up's later half and the trace after its first two
+    assert cost.epochs == 3 + 4  # the warm-up's later half of full-size epochs and the trace after its first
     with pytest.raises(SpongeError, match="too few"):  # a trace without full epochs: no line
-        fit_probe(warmup, trace[:2])
+        fit_probe(warmup, trace[:1])
 
 
 def test_a_probe_that_cannot_be_fitted_says_what_to_do() -> None:
