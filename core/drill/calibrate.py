@@ -29,7 +29,6 @@ from core.offload_plan import DEFAULT_OFFLOAD_COST
 from policy.offload_policy import offload_pays
 
 TARGET_UTILISATION = 0.7
-SKIP_EPOCHS = 2  # the first epochs of a query pay for planning and code generation
 # A probe query's own first epoch pays for its planning. Its code is compiled by the warm-up before it
 # in the same application (ADR 0059), so the second is a full epoch like the rest: 1.21 s against
 # 1.13-1.25 s after it, where the first took 3.58 s (routed Q5, 2026-11-30).
@@ -66,38 +65,41 @@ class EpochCost:
         return {"fixed_s": self.fixed_s, "per_event_s": self.per_event_s, "epochs": self.epochs}
 
 
-def fit(epochs: Sequence[Epoch], skip: int = SKIP_EPOCHS) -> EpochCost:
-    """T = F + c n over the probe's epochs that read events (after the first `skip`), fitted robustly."""
-    ordered = sorted(epochs, key=lambda e: e.started_t)
-    rows = [(e.covered - e.start, e.commit_t - e.started_t) for e in ordered]
-    rows = [(n, t) for n, t in rows[skip:] if n >= MIN_EPOCH_EVENTS and t > 0]
-    sizes = {n for n, _ in rows}
-    if len(rows) < 4 or len(sizes) < 2:
+def fit_probe(warmup: Sequence[Epoch], trace: Sequence[Epoch]) -> EpochCost:
+    """A probe's line through the medians of its two ends: the warm-up's small epochs, about F each
+    (their later half), and the trace's full ones (after its first, which plans the new query).
+
+    Why medians and not a line through every epoch (Theil-Sen until ADR 0060): the records add 0.2-0.3 s
+    to an epoch of ~1 s that jitters by +-0.15 s, and pairs of full epochs of slightly different sizes
+    (320,000 and 240,000 events) gave slopes of 0.3-2.3 us an event. The offload cost, a ratio of two
+    such slopes, then read 0.53 and 0.81 on drills where the medians give 0.14 and 0.10, and sponge,
+    sized on it, admitted too little in the burst.
+    """
+    ordered = sorted(trace, key=lambda e: e.started_t)
+    small = [_point(e) for e in later_half(warmup) if e.covered - e.start >= MIN_EPOCH_EVENTS]
+    full = [_point(e) for e in ordered[TRACE_SKIP_EPOCHS:] if e.covered - e.start >= MIN_EPOCH_EVENTS]
+    if len(small) < 2 or len(full) < 2:
         raise UnfittedProbe(
-            f"the probe produced {len(rows)} usable epochs, too few to fit the VM's epoch cost",
+            f"the probe produced {len(small)} small and {len(full)} full epochs, too few to fit the VM's "
+            "epoch cost",
             hint="run the drill with --rate to set the stable rate by hand",
         )
-    n, t = np.array(rows, dtype=np.float64).T
-    # Theil-Sen: the median of the pairwise slopes, then the median intercept. A least-squares line
-    # follows the few huge epochs of an overloaded stretch and one slow epoch (a GC, a neighbour) and
-    # can put F at zero, which would read every epoch as fully utilised.
-    i, j = np.triu_indices(len(n), k=1)
-    distinct = n[i] != n[j]
-    per_event = float(np.median((t[j] - t[i])[distinct] / (n[j] - n[i])[distinct]))
-    fixed = float(np.median(t - per_event * n))
+    (n_small, t_small), (n_full, t_full) = np.median(small, axis=0), np.median(full, axis=0)
+    per_event = (t_full - t_small) / (n_full - n_small) if n_full > n_small else 0.0
+    epochs = len(small) + len(full)
     if per_event <= 0:
         # Measured here: plain Q5 epochs of 20,000 and of 200,000 events both took 1.4-2.2 s, so the
-        # slope drowned in the fixed cost's jitter. The records' cost is below what the probe resolves;
-        # the epochs are F alone, and the source's cap sets the capacity.
-        per_event, fixed = 0.0, float(np.median(t))
-    return EpochCost(fixed_s=max(float(fixed), 0.0), per_event_s=float(per_event), epochs=len(rows))
+        # records' cost drowned in the fixed cost's jitter. The epochs are F alone, and the source's cap
+        # sets the capacity.
+        return EpochCost(
+            fixed_s=float(np.median([t for _, t in small + full])), per_event_s=0.0, epochs=epochs
+        )
+    fixed = max(float(t_small - per_event * n_small), 0.0)
+    return EpochCost(fixed_s=fixed, per_event_s=float(per_event), epochs=epochs)
 
 
-def fit_probe(warmup: Sequence[Epoch], trace: Sequence[Epoch]) -> EpochCost:
-    """A probe's line from both of its ends: the warm-up's small epochs, about F each (their later half),
-    and the trace's full ones (after its first, which plans the new query)."""
-    ordered = sorted(trace, key=lambda e: e.started_t)
-    return fit([*later_half(warmup), *ordered[TRACE_SKIP_EPOCHS:]], skip=0)
+def _point(e: Epoch) -> tuple[int, float]:
+    return e.covered - e.start, e.commit_t - e.started_t
 
 
 def later_half(epochs: Sequence[Epoch]) -> list[Epoch]:
@@ -157,8 +159,8 @@ PROBE_SHARE = 0.5
 # starts a Python worker per task slot, both cheaper epochs; 12: a source task holds 200,000 records;
 # 13: the routed probe offloads half, a longer first step, and the JVMs map class archives; 14: one
 # application for every run, the warm-up's epochs as the small ones; 15: no end-of-source epochs, the
-# probe query's first epoch skipped only).
-PROBE_VERSION = 15
+# probe query's first epoch skipped only; 16: the line through the medians of the small and full epochs).
+PROBE_VERSION = 16
 
 
 @dataclass(frozen=True)

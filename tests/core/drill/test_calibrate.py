@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,6 @@ from core.drill.calibrate import (
     PROBE_SCHEDULE,
     Calibration,
     EpochCost,
-    fit,
     fit_probe,
     fixed_from_small_epochs,
     offload_cost,
@@ -32,17 +32,23 @@ def epochs(costs: list[tuple[int, float]], fixed: float = 1.0) -> list[Epoch]:
     return out
 
 
+def probe(per_event: float, fixed: float = 1.0, full: int = 60_000) -> tuple[list[Epoch], list[Epoch]]:
+    """A probe's warm-up (small epochs of 3,750 events) and trace (full epochs of `full` events), each
+    after slow first epochs, lasting `fixed` + `per_event` x their size."""
+    return epochs([(3_750, per_event)] * 6, fixed), epochs([(full, per_event)] * 5, fixed)[1:]
+
+
 def test_the_fit_recovers_fixed_and_per_event_cost_and_skips_the_first_epochs() -> None:
     """T = 1 s + 20 us x n: capacity 50,000/s, stable rate at U = 0.7: 35,000/s, epochs there last
     F / (1 - U) = 3.33 s."""
-    cost = fit(epochs([(n, 20e-6) for n in (10_000, 30_000, 20_000, 60_000, 45_000)]))
+    cost = fit_probe(*probe(20e-6))
     assert cost.fixed_s == pytest.approx(1.0)
     assert cost.per_event_s == pytest.approx(20e-6)
     assert cost.capacity(batch_cap=10**9) == pytest.approx(50_000, rel=1e-3)
     assert cost.stable_rate(batch_cap=10**9) == pytest.approx(35_000, rel=1e-3)
     # A cap of 50,000 offsets per epoch: full epochs last 1 + 1 = 2 s, so 25,000/s is the limit.
     assert cost.capacity(batch_cap=50_000) == pytest.approx(25_000)
-    assert cost.epochs == 5
+    assert cost.epochs == 4 + 5  # the warm-up's later half, the trace after its first epoch
 
 
 def test_the_offload_cost_is_in_kept_events() -> None:
@@ -89,17 +95,19 @@ def test_a_probe_s_line_joins_its_warm_up_s_small_epochs_and_its_trace_s_full_on
 
 
 def test_a_probe_that_cannot_be_fitted_says_what_to_do() -> None:
+    warmup, trace = probe(20e-6)
     with pytest.raises(SpongeError, match="too few"):
-        fit(epochs([(10_000, 20e-6)] * 2))
+        fit_probe(warmup, trace[:2])
 
 
 def test_epochs_that_do_not_grow_with_their_size_are_the_fixed_cost_alone() -> None:
     """When the fixed cost's jitter hides the records' cost, the cap over F is the VM's capacity."""
-    shrinking = [Epoch(10.0 * i, 10.0 * i + 2.0 - 0.1 * i, 0, 1_000 * (i + 1)) for i in range(8)]
-    cost = fit(shrinking)  # bigger epochs finishing faster
+    warmup, trace = probe(0.0, fixed=1.6)
+    trace = [replace(e, commit_t=e.commit_t - 0.1) for e in trace]  # bigger epochs finishing faster
+    cost = fit_probe(warmup, trace)
     assert cost.per_event_s == 0.0
-    assert cost.fixed_s == pytest.approx(1.55)  # the median epoch after the first two
-    assert cost.capacity(batch_cap=200_000) == pytest.approx(200_000 / 1.55)
+    assert cost.fixed_s == pytest.approx(1.5)  # the median epoch: four small ones at 1.6 s, five full at 1.5
+    assert cost.capacity(batch_cap=200_000) == pytest.approx(200_000 / 1.5)
     assert offload_cost(cost, EpochCost(1.2, 1e-6, 5), share=0.8) == DEFAULT_OFFLOAD_COST
 
 
@@ -126,7 +134,7 @@ def test_an_offload_probe_too_short_to_fit_leaves_the_default_offload_cost_and_p
     def probe(config, name, share, status, app):  # type: ignore[no-untyped-def]
         probed.append(name)
         if share:
-            fit(epochs([(10_000, 20e-6)] * 2))  # too few epochs: raises
+            fit_probe([], [])  # too few epochs: raises
         return plain
 
     monkeypatch.setattr(drill, "_probe", probe)
