@@ -1,9 +1,10 @@
 """A burst drill: one trace, several scaling policies one after another, one report.
 
 Why one invocation for all policies: this machine is shared and noisy, so policies are only
-comparable when measured on the same trace, back to back. Each policy runs in its own process
-(core/drill/run_policy.py) with the VM side pinned to `vm_cpus` and the agent and its Lambda workers
-pinned to `worker_cpus`; Over gets every core for the VMs.
+comparable when measured on the same trace, back to back. The probes and the policies run in turn in
+one Spark application, in a child process (core/drill/spark_app.py, docs/adr/0059), with the VM side
+pinned to `vm_cpus` and the agent and its Lambda workers pinned to `worker_cpus`; Over's VM is resized
+to every core.
 
 VMBase and VMInit run their VMs as workers of a Spark standalone cluster (core/spark/vm_pool.py): the
 base VM on `vm_cpus`, the VM they add on `worker_cpus`. Both watch the burst with Sponge's own policy
@@ -12,8 +13,8 @@ and react to its trigger by asking for a VM instead of offloading: VMBase's boot
 (core/drill/vm_actions.py). Their added VM is billed from the request (VMInit's for the whole trace).
 
 The stable rate is chosen so the VM side runs at ~70 % load, measured as the share of each epoch
-spent on records rather than as CPU (core/drill/calibrate.py says why): a paced probe of small epochs
-then full ones fits the epoch cost T = F + c n, and the stable rate is 70 % of the capacity that
+spent on records rather than as CPU (core/drill/calibrate.py says why): a probe's small warm-up epochs
+and full ones fit the epoch cost T = F + c n, and the stable rate is 70 % of the capacity that
 implies. A second probe offloading a fixed share gives what an offloaded event still costs the VM (the
 policy's offload_cost); when that is a kept event's cost or more, sponge runs the plain plan and its
 policy logs bursts as no-gain (docs/adr/0011). Both are kept in the report directory and reused for

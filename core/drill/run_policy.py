@@ -28,7 +28,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+import traceback
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -79,7 +80,7 @@ class PolicyRun:
     schedule: str
     output: str
     master: str
-    vm_cpus: list[int]  # the run's VM cores: the base VM's, and (Over) those of VMs grown for the run
+    vm_cpus: list[int]  # the run's VM cores: the base VM's, or (Over) every core its VM is resized to
     shuffle_partitions: int = 2  # one per core the run's VMs can ever hold (drill._spec)
     worker_cpus: list[int] = field(default_factory=list)
     offload: bool = False  # work goes to the agent's workers (sponge, the baselines of core/ablations.py)
@@ -594,9 +595,8 @@ def _run(spec: PolicyRun, pool: Any, warmed: bool = False) -> dict[str, Any]:
         "summary": summary,
         "origin": hooks.origin,
         "epochs": [asdict(e) for e in hooks.epochs],
-        "warmup_epochs": [
-            asdict(e) for e in warmup
-        ],  # small ones: a probe's fixed cost (calibrate.fit_probe)
+        # A probe's small epochs, the fixed cost's end of its line (calibrate.fit_probe).
+        "warmup_epochs": [asdict(e) for e in warmup],
         "phases": hooks.phases,  # where each epoch's time went (Spark's durationMs), in the same order
         "samples": hooks.per_second(),
         "published": hooks.published,
@@ -636,6 +636,9 @@ def main(argv: list[str]) -> int:
                     _write(result_path.with_name(ERROR_FILE), report)
                     print(f"error: {e.one_line()}", file=sys.stderr, flush=True)
                     return 2
+                except Exception:
+                    traceback.print_exc()  # into the run's log, where the drill reads why it failed
+                    return 1
             _write(result_path, result)
     finally:
         app.close()
@@ -643,7 +646,7 @@ def main(argv: list[str]) -> int:
 
 
 @contextlib.contextmanager
-def _output_to(log: Path) -> Any:
+def _output_to(log: Path) -> Iterator[None]:
     """This process's stdout and stderr (file descriptors, so what the runner's libraries print too) go
     to `log` for the run."""
     sys.stdout.flush()
