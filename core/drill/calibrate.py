@@ -140,7 +140,7 @@ def offload_cost(plain: EpochCost, routed: EpochCost, share: float) -> float:
 
 MAX_OFFLOAD_COST = 10.0  # beyond it the number only says "much worse"
 # The probe's full epochs: 3 s at 400,000/s release 1.2 M events faster than one VM core admits them
-# (its cap over an epoch's fixed cost), so the epochs after the first two are full. The line's other end
+# (its cap over an epoch's fixed cost), so every epoch after the first is full. The line's other end
 # is the warm-up's small epochs (fit_probe). A first step of small paced epochs did that until the drill's
 # runs shared one application (ADR 0059), and cost 14 s of every probe; a slow machine's routed probe
 # once spent an 8-s first step in its first two epochs and left the fit no small epoch (ADR 0058).
