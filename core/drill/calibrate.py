@@ -72,7 +72,7 @@ def fit_probe(warmup: Sequence[Epoch], trace: Sequence[Epoch]) -> EpochCost:
     Why medians and not a line through every epoch (Theil-Sen until ADR 0060): the records add 0.2-0.3 s
     to an epoch of ~1 s that jitters by +-0.15 s, and pairs of full epochs of slightly different sizes
     (320,000 and 240,000 events) gave slopes of 0.3-2.3 us an event. The offload cost, a ratio of two
-    such slopes, then read 0.53 and 0.81 on drills where the medians give 0.14 and 0.10, and sponge,
+    such slopes, then read 0.53 and 0.81 on drills whose medians give the floor of 0.1, and sponge,
     sized on it, admitted too little in the burst.
     """
     ordered = sorted(trace, key=lambda e: e.started_t)
