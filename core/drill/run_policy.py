@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from core.ablations import BASELINES
+from core.atomic_write import write_text
 from core.drill.calibrate import fixed_from_small_epochs
 from core.drill.steady import ArmedPolicy, SteadyWatch
 from core.errors import ConfigError, SpongeError
@@ -618,7 +619,7 @@ def _keep_epoch(progress: dict, into: list[Epoch]) -> None:
         into.append(epoch)
 
 
-def main(argv: list[str]) -> int:
+def main() -> int:
     """Serve runs until stdin closes; the first that fails ends the process (its JVM may be gone)."""
     # A terminated run unwinds like an interrupted one, so the agent, its workers and the VMs it
     # started are stopped by the runner's own clean-up instead of outliving it.
@@ -633,13 +634,13 @@ def main(argv: list[str]) -> int:
                     result = app.run(spec)
                 except SpongeError as e:  # the drill re-raises it as it is (a dead JVM says why)
                     report = {"kind": type(e).__name__, "message": e.message, "hint": e.hint}
-                    _write(result_path.with_name(ERROR_FILE), report)
+                    write_text(result_path.with_name(ERROR_FILE), json.dumps(report), durable=False)
                     print(f"error: {e.one_line()}", file=sys.stderr, flush=True)
                     return 2
                 except Exception:
                     traceback.print_exc()  # into the run's log, where the drill reads why it failed
                     return 1
-            _write(result_path, result)
+            write_text(result_path, json.dumps(result), durable=False)  # whole when the drill sees it
     finally:
         app.close()
     return 0
@@ -666,12 +667,5 @@ def _output_to(log: Path) -> Iterator[None]:
                 os.close(fd)
 
 
-def _write(path: Path, value: Any) -> None:
-    """Whole or not at all: the drill reads the file as soon as it appears."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(value))
-    os.replace(tmp, path)
-
-
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main())

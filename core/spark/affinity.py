@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterator
 
 from core.spark.cluster import descendants
 
@@ -28,3 +29,19 @@ def pin_tree(pid: int, cpus: frozenset[int]) -> None:
     it starts later inherit the pinning."""
     for p in [pid, *descendants(pid)]:
         pin_process(p, cpus)
+
+
+@contextlib.contextmanager
+def thread_cpus(cpus: frozenset[int]) -> Iterator[None]:
+    """Let the calling thread use `cpus` too for a moment.
+
+    The drill's child pins itself to the VM cores, but a new VM is pinned to other cores, and
+    `StandaloneCluster.add_worker` only accepts CPUs the calling thread may use. Widening this thread
+    (Linux affinity is per thread) for the call keeps the driver pinned and lets the worker be started.
+    """
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, before | cpus)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)

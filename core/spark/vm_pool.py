@@ -31,7 +31,6 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,7 +38,7 @@ from typing import Any
 import psutil
 
 from core.errors import ConfigError, SpongeError
-from core.spark.affinity import pin_tree
+from core.spark.affinity import pin_tree, thread_cpus
 from core.spark.cluster import PendingWorker, StandaloneCluster, alive, descendants
 from core.spark.cluster_config import ClusterConfig, WorkerSpec
 
@@ -120,22 +119,6 @@ def cpu_cores(spec: WorkerSpec) -> int:
     return len(spec.cpus) if spec.cpus else spec.cores
 
 
-@contextlib.contextmanager
-def thread_cpus(cpus: frozenset[int]) -> Iterator[None]:
-    """Let the calling thread use `cpus` too for a moment.
-
-    The drill's child pins itself to the VM cores, but a new VM is pinned to other cores, and
-    `StandaloneCluster.add_worker` only accepts CPUs the calling thread may use. Widening this thread
-    (Linux affinity is per thread) for the call keeps the driver pinned and lets the worker be started.
-    """
-    before = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, before | cpus)
-    try:
-        yield
-    finally:
-        os.sched_setaffinity(0, before)
-
-
 class VmPool:
     """The VMs of one Spark application on a standalone cluster (one worker per VM).
 
@@ -151,7 +134,6 @@ class VmPool:
             Vm(index=w.index, cores=cpu_cores(w.spec), worker=w, base=True, requested_t=time.time())
             for w in cluster.workers
         ]
-        self._first = {vm.index for vm in self.vms}  # what `reset` returns to
         self._lock = threading.RLock()
         self._sc: Any = None
         self._driver_pid: int | None = None
@@ -209,7 +191,7 @@ class VmPool:
         self._need_app()
         self._refresh(force=True)
         with self._lock:
-            (vm,) = [v for v in self.vms if v.index in self._first]
+            (vm,) = [v for v in self.vms if v.base]
             if vm.executor_pid is None:
                 raise VmPoolError("the base VM has no executor to resize")
             pin_tree(vm.executor_pid, cpus)
@@ -229,11 +211,9 @@ class VmPool:
             if time.monotonic() > deadline:
                 raise VmPoolError(f"a VM asked for did not come up within {timeout_s:.0f} s to be released")
             time.sleep(WATCH_INTERVAL_S)
+        self.release(len(self.vms))  # every VM but the base VMs, which are never released
         with self._lock:
-            added = [vm for vm in self.vms if vm.index not in self._first]
-        self.release(len(added))
-        with self._lock:
-            self.vms = [vm for vm in self.vms if vm.index in self._first]
+            self.vms = [vm for vm in self.vms if vm.base]
             self._target = len(self.vms)
             self._apply_target()
             for vm in self.vms:  # a resized base VM gets its own cores back

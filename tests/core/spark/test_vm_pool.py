@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from core.spark.affinity import thread_cpus
 from core.spark.cluster_config import WorkerSpec
-from core.spark.vm_pool import Vm, cpu_cores, thread_cpus
+from core.spark.vm_pool import Vm, cpu_cores
 
 pytestmark = pytest.mark.solo
 
