@@ -22,7 +22,7 @@ from core.results import diff_results, read_results
 from core.spark.offload_session import OffloadConfig
 from core.spark.runner import RunConfig, run_query
 from merge.sliding_top_k import fused_top_ks
-from tests.core.spark.offload_checks import PARAMS, checked_run
+from tests.core.spark.offload_checks import PARAMS, Switches, checked_run
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -93,28 +93,19 @@ def test_offloaded_output_equals_reference(
 # A keyed stage whose groups go to the workers, come back and go again while the VM holds their
 # auctions (Q6) or persons (Q3): the lazy fetch takes what the records name (Q6: and progressive
 # rounds of 50 more keys a batch), the hand-back returns it, nothing is lost.
-SWITCHES = {2: 0.6, 4: 0.05, 6: 0.7}  # after epoch N commits, the share of the next offsets
+SWITCHES = Switches(after_epoch=2, shares=(0.6, 0.05, 0.7))
 
 
 def _switched_run(
-    tmp_path: Path, query: str, epoch_events: int, epochs: int, offload: OffloadConfig, switches: dict
+    tmp_path: Path, query: str, epoch_events: int, epochs: int, offload: OffloadConfig, switches: Switches
 ) -> tuple[dict, Path]:
-    """Run `query` unpaced, publishing the share `switches[N]` once epoch N has committed; the output
-    must equal the reference. Returns the summary and the output directory."""
-    from core.offload_plan import OffloadPlan
+    """Run `query` unpaced, publishing the shares of `switches` in turn (see Switches); the output must
+    equal the reference and every share must have routed committed records. Returns the summary and
+    the output directory."""
     from core.spark.offload_session import OFFLOAD_DIR
-    from router.routing_log import write_current_plan
 
     gen = GeneratorConfig(seed=3, events=epochs * epoch_events, schedule=RateSchedule.constant(epoch_events))
     out = tmp_path / "out"
-    done: set[int] = set()
-
-    def switch(epoch: dict) -> None:
-        for after, share in switches.items():
-            if epoch["batchId"] >= after and after not in done:
-                done.add(after)
-                write_current_plan(out / OFFLOAD_DIR, OffloadPlan.of_share(2 + len(done), share, 2))
-
     config = RunConfig(
         query=query,
         generator=gen,
@@ -123,10 +114,14 @@ def _switched_run(
         max_events_per_batch=epoch_events,
         offload=offload,
     )
-    summary = run_query(config, progress=switch)
+    publisher = switches.publisher(out / OFFLOAD_DIR)
+    summary = run_query(config, progress=publisher)
     diff = diff_results(read_results(out), reference_for(query, gen, PARAMS))
     assert diff is None, f"{query}: {diff}"
-    assert done == set(switches)
+    assert publisher.published == len(switches.shares), (
+        f"the run ended after {publisher.published} of {len(switches.shares)} switches had routed records: "
+        "give it more epochs"
+    )
     return summary, out
 
 
@@ -141,7 +136,7 @@ def test_groups_switched_back_and_forth_mid_run_move_their_keys_and_equal_the_re
 ) -> None:
     # Workers, not the agent's fallback, must run the chunks: only they fetch and return the groups' keys.
     offload = OffloadConfig(share=0.05, workers=2, fetch=fetch, round_keys=50, local_fallback_s=60.0)
-    summary, _ = _switched_run(tmp_path, query, epoch_events, 8, offload, SWITCHES)
+    summary, _ = _switched_run(tmp_path, query, epoch_events, 14, offload, SWITCHES)
     plan = get_query(query).plan(PARAMS)
     for op_id in {c.keyed_op for c in offload_chains(plan)} | set(plan_routed(plan)):
         moved = summary["handoffs"][op_id]
@@ -151,7 +146,7 @@ def test_groups_switched_back_and_forth_mid_run_move_their_keys_and_equal_the_re
 # The router off, on, off and on again, by epoch: the workers' stream reads nothing while the plan
 # offloads nothing and picks up the offsets routed to it when offloading resumes. Q5's workers return
 # partial states (Q2's sink path measured the same; one query keeps CI's time).
-ON_OFF = {1: 0.5, 3: 0.0, 5: 0.5}  # after epoch N commits, the share of the next offsets
+ON_OFF = Switches(after_epoch=1, shares=(0.5, 0.0, 0.5))
 
 
 def test_a_router_switched_off_and_on_loses_and_repeats_nothing(spark, tmp_path: Path) -> None:
