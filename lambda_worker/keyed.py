@@ -167,7 +167,7 @@ class KeyedProgram:
 
     def of_groups(self, state: Frames, groups: Collection[int]) -> Frames:
         """The rows of `state` whose key is in one of `groups` (ADR 0023)."""
-        wanted = pl.Series(sorted(groups), dtype=pl.Int64)
+        wanted = sorted(groups)
         return {
             name: None if f is None else f.filter(groups_of(f, self.spec.keys).is_in(wanted))
             for name, f in state.items()
