@@ -36,6 +36,17 @@ from core.xxhash64 import xxhash64
 
 DEFAULT_OFFLOAD_COST = 0.25  # VM work of an offloaded record, in kept records, when not measured (ADR 0008)
 
+
+def share_scale(share: float, offload_cost: float) -> float:
+    """How many more offsets an epoch may cover while `share` of them is offloaded (ADR 0008).
+
+    The source's batch cap bounds the VM's work per epoch; an offloaded event costs the VM only
+    `offload_cost` of a kept one (it is generated and routed here, its partials merged), so the same
+    work covers 1 / ((1 - share) + share x offload_cost) times the offsets.
+    """
+    return 1.0 / max((1.0 - share) + share * offload_cost, 0.05)
+
+
 KEY_GROUPS = 128
 """Number of key groups: the unit in which keyed state can be offloaded (and, later, migrated)."""
 

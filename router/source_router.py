@@ -34,7 +34,7 @@ from core import atomic_write
 from core.direct_sink import chunk_name
 from core.errors import ConfigError
 from core.nexmark.schema import END_OF_STREAM_TIME_US, ENTITIES, TIMESTAMP, schema_for
-from core.offload_plan import DEFAULT_OFFLOAD_COST, key_groups_of, record_units
+from core.offload_plan import DEFAULT_OFFLOAD_COST, key_groups_of, record_units, share_scale
 from router.keyed_route import RECEIPT_FIELDS, stash_chunks, with_groups
 
 if TYPE_CHECKING:
@@ -111,13 +111,9 @@ class RouteOptions:
         return parsed
 
     def batch_scale(self, share: float) -> float:
-        """How many more offsets an epoch may cover while `share` of them is offloaded (ADR 0008).
-
-        The source's batch cap bounds the VM's work per epoch; an offloaded event costs the VM only
-        `offload_cost` of a kept one (it is generated and routed here, its partials merged), so the same
-        work covers 1 / ((1 - share) + share x offload_cost) times the offsets.
-        """
-        return 1.0 / max((1.0 - share) + share * self.offload_cost, 0.05)
+        """How many more offsets an epoch may cover while `share` of them is offloaded, at this route's
+        offload cost."""
+        return share_scale(share, self.offload_cost)
 
     def spec(self) -> ProgramSpec:
         from lambda_worker.program import ProgramSpec

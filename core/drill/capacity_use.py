@@ -11,10 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from core.latency import Epoch
 
 BUSY_CPU = 0.9  # VM cores this busy are saturated: falling behind then is the capacity's limit
 BEHIND_FACTOR = 1.5  # a peak p99 above this x the pre-burst p99 is falling behind
+FULL = 0.98  # an epoch that covered this much of its source's cap was held by the cap
 
 
 def admitted_per_s(epochs: Sequence[Epoch], origin: float, start_s: float, end_s: float) -> float | None:
@@ -25,6 +28,20 @@ def admitted_per_s(epochs: Sequence[Epoch], origin: float, start_s: float, end_s
     if not inside:
         return 0.0
     return round(sum(e.covered - e.start for e in inside) / (end_s - start_s), 1)
+
+
+def held_by_cap(
+    epochs: Sequence[Epoch], caps: Sequence[int], origin: float, start_s: float, end_s: float
+) -> dict[str, float] | None:
+    """Of the epochs that started inside [start_s, end_s): the share that covered their source's cap
+    (`caps`, one per epoch; those the cap held back, whatever the VM could have done) and their median
+    cap. None when no epoch started there."""
+    paired = zip(epochs, caps, strict=True)
+    inside = [(e, cap) for e, cap in paired if start_s <= e.started_t - origin < end_s]
+    if not inside:
+        return None
+    full = sum(e.covered - e.start >= FULL * cap for e, cap in inside) / len(inside)
+    return {"share": round(full, 3), "cap_events": float(np.median([cap for _, cap in inside]))}
 
 
 def mean_between(values: Sequence[float | None], start_s: float, end_s: float) -> float | None:

@@ -52,7 +52,8 @@ from core.errors import ConfigError
 from core.kinesis import KinesisEndpoint
 from core.nexmark.patterns import BurstPattern, Trace
 from core.nexmark.schedule import RateSchedule
-from core.offload_plan import DEFAULT_OFFLOAD_COST
+from core.offload_plan import DEFAULT_OFFLOAD_COST, share_scale
+from core.spark.admission import batch_cap
 from core.spark.session import MemoryConfig
 from router.agent.warm_pool import DEFAULT_KEEP_WARM_S
 
@@ -205,6 +206,7 @@ def run_drill(config: DrillConfig, status: Callable[[str], None] = print) -> dic
         "target": config.target,
         "source": "kinesis" if config.kinesis is not None else "generator",
         "stable_rate": rate,
+        "calibration": calibration.to_json(),  # the probes' fits ("routed": None: the default offload cost)
         "memory": config.memory.to_json(),
         "burst": [{"start_s": a, "end_s": b} for a, b in trace.bursts],
         "rate_by_second": trace.rate_by_second(),
@@ -438,6 +440,7 @@ def _summarise(
     pre_p99 = pre_burst(series.p99_ms, onset)
     vm_cpu = by_second(lambda s: s["observation"]["cpu"])
     burst_cpu = capacity_use.mean_between(vm_cpu, onset, end)
+    caps = _epoch_caps(spec, result, output / "_offload")
     return {
         "policy": policy,
         "peak_p99_ms": peak_p99,
@@ -450,6 +453,9 @@ def _summarise(
             "admitted_events_per_s": capacity_use.admitted_per_s(epochs, origin, onset, end),
             "vm_cpu": burst_cpu,
             "behind_with_idle_cores": capacity_use.behind_with_idle_cores(peak_p99, pre_p99, burst_cpu),
+            # How much of the burst the source's cap held back, and the cap then (ADR 0041, ADR 0008).
+            "at_cap": capacity_use.held_by_cap(epochs, caps, origin, onset, end) if caps else None,
+            "offload_cost": spec.offload_cost if spec.offload else None,
         },
         "mean_p99_ms_during_burst": latency.mean(series.p99_ms, trace.bursts),
         "p99_ms_by_second": series.p99_ms,
@@ -482,6 +488,31 @@ def _summarise(
         "warm_starts": result["summary"].get("warm_starts", 0),
         "notes": _notes(result),
     }
+
+
+def _epoch_caps(spec: PolicyRun, result: dict[str, Any], directory: Path) -> list[int] | None:
+    """Each epoch's cap as its generated source computed it: the run's cap, scaled by the offloaded share
+    of the plan that routed the epoch's offsets (core/offload_plan.py `share_scale`). None for a stream
+    (its offsets are per shard) and for a run whose VMs changed (the cap moved with its cores)."""
+    from bisect import bisect_right
+
+    from router.routing_log import RoutingLog
+
+    if result.get("stream") or result.get("vm_actions"):
+        return None
+    epochs = result["epochs"]
+    log = RoutingLog(directory)
+    if not spec.offload or not directory.exists() or not log.exists():
+        return [spec.batch_events] * len(epochs)
+    segments = log.segments()
+    starts = [seg.start for seg in segments]
+
+    def share(offset: int) -> float:
+        k = bisect_right(starts, offset) - 1
+        return segments[k].plan.share if k >= 0 else 0.0
+
+    cost = spec.offload_cost
+    return [batch_cap(spec.batch_events, 1.0, share_scale(share(e["start"]), cost)) for e in epochs]
 
 
 def _reaction(result: dict[str, Any], trace: Trace, directory: Path) -> float | None:

@@ -267,6 +267,33 @@ def fmt_usd(value: float | None) -> str:
     return f"${value:.{decimals}f}"
 
 
+HELD_SHARE = 0.5  # a run whose burst epochs were this often full at their cap was held by it
+
+
+def _held_by_cap(run: Mapping[str, Any], burst: Mapping[str, Any], report: Mapping[str, Any]) -> str:
+    """What held back a run that fell behind with idle cores, when it was its source's cap: the cap,
+    and for a routed run the offload cost that sets how far offloading raises it, and how to measure
+    that cost again ("" when the cap did not hold it)."""
+    at_cap = burst.get("at_cap")
+    share = finite(at_cap.get("share")) if isinstance(at_cap, Mapping) else None
+    if share is None or share < HELD_SHARE:
+        return ""
+    cap = finite(at_cap.get("cap_events")) or 0
+    text = f": its source's cap held it ({share:.0%} of its epochs there were full at {cap:,.0f} events"
+    cost = finite(burst.get("offload_cost"))
+    deployed = run.get("deployment")
+    base = finite(deployed.get("batch_events")) if isinstance(deployed, Mapping) else None
+    if cost is not None and base and cap > base:
+        text += f", {cap / base:.1f}x its cap without offloading at an offload cost of {cost:.2f}"
+        calibration = report.get("calibration")
+        if isinstance(calibration, Mapping) and calibration.get("routed"):
+            cache = f"calibration-{report.get('query')}.json"
+            text += f": probed; delete {cache} beside this report to probe it again"
+        else:
+            text += ": the default, unprobed"
+    return text + ")"
+
+
 def _join(items: Sequence[str]) -> str:
     if len(items) <= 1:
         return "".join(items)
@@ -455,7 +482,8 @@ def _fairness_clauses(report: Mapping[str, Any], labels: Sequence[str]) -> list[
         if isinstance(burst, Mapping) and burst.get("behind_with_idle_cores"):
             cpu = finite(burst.get("vm_cpu"))
             busy = f"{cpu:.0%}" if cpu is not None else "not"
-            clauses.append(f"{label} fell behind in the burst with its VM cores only {busy} busy")
+            held = _held_by_cap(run, burst, report)
+            clauses.append(f"{label} fell behind in the burst with its VM cores only {busy} busy{held}")
         early = run.get("before_onset")
         if isinstance(early, Mapping) and (finite(early.get("max_share")) or 0) > 0:
             clauses.append(
