@@ -264,17 +264,27 @@ def calibration_key(config: DrillConfig) -> dict[str, Any]:
 
 
 def _probe(
-    config: DrillConfig, name: str, share: float, status: Callable[[str], None], app: SparkApp
+    config: DrillConfig,
+    name: str,
+    share: float,
+    status: Callable[[str], None],
+    app: SparkApp,
+    steps: str = PROBE_SCHEDULE,
+    cap_scale: float = 1.0,
 ) -> EpochCost:
+    """One probe's fit; `steps` and `cap_scale` (its epochs' cap over the drill's) are the drill's
+    own but for bench/probe_spread.py, which measures how a probe's noise depends on them."""
     what = f"offloading {share:.0%}" if share else "on the VM alone"
-    status(f"probing the VM's epoch cost {what}: paced steps {PROBE_SCHEDULE} (seconds:events/s) ...")
-    schedule = RateSchedule.parse(PROBE_SCHEDULE)
+    status(f"probing the VM's epoch cost {what}: paced steps {steps} (seconds:events/s) ...")
+    schedule = RateSchedule.parse(steps)
     duration = sum(seg.duration_s for seg in schedule.segments)
     trace = Trace(name, schedule.segments[0].rate_start, duration, schedule, ())
+    spec = _spec(config, "probe", trace, 1.0, routed=share > 0)
     spec = replace(
-        _spec(config, "probe", trace, 1.0, routed=share > 0),
+        spec,
         share=share,
         output=str(config.report / name / "output"),  # each probe its own: a routed one leaves a log
+        batch_events=int(spec.batch_events * cap_scale),
     )
     result = app.run(spec, config.report / name, status)
     return fit_probe(

@@ -284,13 +284,17 @@ def _held_by_cap(run: Mapping[str, Any], burst: Mapping[str, Any], report: Mappi
     deployed = run.get("deployment")
     base = finite(deployed.get("batch_events")) if isinstance(deployed, Mapping) else None
     if cost is not None and base and cap > base:
-        text += f", {cap / base:.1f}x its cap without offloading at an offload cost of {cost:.2f}"
+        text += (
+            f": offloading raised it only {cap / base:.1f}x, an offloaded event still costing the VM "
+            f"{cost:.2f} of a kept one"
+        )
         calibration = report.get("calibration")
         if isinstance(calibration, Mapping) and calibration.get("routed"):
             cache = f"calibration-{report.get('query')}.json"
-            text += f": probed; delete {cache} beside this report to probe it again"
+            text += " by the probe, which is noisy at the drill's epoch sizes"
+            text += f" (delete {cache} to probe again)"
         else:
-            text += ": the default, unprobed"
+            text += " by default (no probe)"
     return text + ")"
 
 
