@@ -63,23 +63,8 @@ def test_worker_rig_runs_every_chunk_on_its_one_worker_and_checks_it(tmp_path: P
 def test_bench_runs_end_to_end_and_reports_rho_for_both_queries(tmp_path: Path) -> None:
     # A subprocess: the bench pins its own process to one core and owns its Spark session.
     out = tmp_path / "offload.json"
-    cmd = [
-        sys.executable,
-        "-m",
-        "bench.offload",
-        "--events",
-        "20000",
-        "--worker-events",
-        "50000",
-        "--rounds",
-        "1",
-        "--dispatch-rounds",
-        "20",
-        "--json",
-        str(out),
-        "--work-dir",
-        str(tmp_path / "w"),
-    ]
+    cmd = [sys.executable, "-m", "bench.offload", "--events", "20000", "--worker-events", "50000",
+           "--rounds", "1", "--dispatch-rounds", "20", "--json", str(out), "--work-dir", str(tmp_path / "w")]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "rho" in done.stdout

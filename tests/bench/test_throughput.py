@@ -50,25 +50,9 @@ def test_plans_that_differ_only_in_ids_compare_equal() -> None:
 def test_bench_runs_end_to_end_and_checks_the_native_baseline(tmp_path: Path) -> None:
     # A subprocess: the bench owns (and stops) its own local[1] session.
     out = tmp_path / "throughput.json"
-    cmd = [
-        sys.executable,
-        "-m",
-        "bench.throughput",
-        "--queries",
-        "q2",
-        "--events",
-        "50000",
-        "--batch-events",
-        "10000",
-        "--repeats",
-        "1",
-        "--check-events",
-        "10000",
-        "--json",
-        str(out),
-        "--work-dir",
-        str(tmp_path / "work"),
-    ]
+    cmd = [sys.executable, "-m", "bench.throughput", "--queries", "q2", "--events", "50000",
+           "--batch-events", "10000", "--repeats", "1", "--check-events", "10000",
+           "--json", str(out), "--work-dir", str(tmp_path / "work")]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     report = json.loads(out.read_text())
