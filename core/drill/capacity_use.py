@@ -9,9 +9,8 @@ the onset is kept apart from the burst's, so a policy that reacted to its own wa
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
-
-import numpy as np
 
 from core.latency import Epoch
 
@@ -41,7 +40,7 @@ def held_by_cap(
     if not inside:
         return None
     full = sum(e.covered - e.start >= FULL * cap for e, cap in inside) / len(inside)
-    return {"share": round(full, 3), "cap_events": float(np.median([cap for _, cap in inside]))}
+    return {"share": round(full, 3), "cap_events": float(statistics.median(cap for _, cap in inside))}
 
 
 def mean_between(values: Sequence[float | None], start_s: float, end_s: float) -> float | None:
