@@ -59,6 +59,7 @@ from core.errors import ConfigError, InputError
 from core.offload_plan import KEY_GROUPS, OffloadPlan, offloaded_mask
 
 PLAN_FILE = "plan.json"
+LOG_FILE = "routing.jsonl"
 _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 _CORRUPT_HINT = (
     "the routing log fixes which plan routed each offset of the query's checkpointed epochs, so it "
@@ -143,7 +144,7 @@ class RoutingLog:
         self.directory = directory
         self.reserve = reserve
         directory.mkdir(parents=True, exist_ok=True)
-        self._log = directory / "routing.jsonl"
+        self._log = directory / LOG_FILE
         self._hwm = directory / "routing.hwm"
         self._at = directory / "routing.at"
         self._lock = directory / "routing.lock"

@@ -506,15 +506,15 @@ def _epoch_caps(spec: PolicyRun, result: dict[str, Any], directory: Path) -> lis
     (its offsets are per shard) and for a run whose VMs changed (the cap moved with its cores)."""
     from bisect import bisect_right
 
-    from router.routing_log import RoutingLog
+    from router.routing_log import LOG_FILE, RoutingLog
 
     if result.get("stream") or result.get("vm_actions"):
         return None
     epochs = result["epochs"]
-    log = RoutingLog(directory)
-    if not spec.offload or not directory.exists() or not log.exists():
+    # Asked only where a routed run left its log: opening one makes its directory.
+    if not spec.offload or not (directory / LOG_FILE).exists():
         return [spec.batch_events] * len(epochs)
-    segments = log.segments()
+    segments = RoutingLog(directory).segments()
     starts = [seg.start for seg in segments]
 
     def share(offset: int) -> float:

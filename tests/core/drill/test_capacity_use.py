@@ -66,3 +66,9 @@ def test_a_routed_epochs_cap_grows_with_the_share_of_the_plan_that_routed_it(tmp
     # A run whose VMs changed, or that read a stream, has no single cap to compare with.
     assert _epoch_caps(_spec(tmp_path, True), {**result, "vm_actions": [{"t": 3.0}]}, log_dir) is None
     assert _epoch_caps(_spec(tmp_path, True), {**result, "stream": "s"}, log_dir) is None
+
+
+def test_a_run_without_a_routing_log_gets_no_offload_directory(tmp_path: Path) -> None:
+    result = {"epochs": [e.__dict__ for e in _epochs((1.0, 10), (2.0, 10))]}
+    assert _epoch_caps(_spec(tmp_path, True), result, tmp_path / "_offload") == [200_000, 200_000]
+    assert not (tmp_path / "_offload").exists()
