@@ -26,8 +26,8 @@ runner in ONE Spark session (the product's `local[2,4]`, 2 shuffle partitions), 
 
 Equal epochs. A run's source cuts an epoch every `max_events_per_batch` offsets; the bench sets it to
 ceil((N + 1) / E) (N events and the end-of-stream punctuation), so both sizes cut E epochs. A routed
-source stretches its cap by `RouteOptions.batch_scale(share)` (ADR 0008: an offloaded event costs the VM
-a fraction of a kept one), 4x at share 1.0 by default; the offloaded run is given the cap divided by
+source stretches its cap by `share_scale(share)` (ADR 0008: an offloaded event costs the VM
+a fraction of a kept one), 10x at share 1.0; the offloaded run is given the cap divided by
 that factor, so it too cuts E epochs at both sizes, with batches of the same offsets as the other two
 variants (the per-epoch costs would cancel anyway, but equal batches keep the per-record costs
 comparable: state per batch, rows per chunk). Each run's epoch count (summary.json `epochs`; the
@@ -117,13 +117,13 @@ from core.errors import SpongeError
 from core.nexmark.generator import GeneratorConfig
 from core.nexmark.params import QueryParams
 from core.nexmark.queries import QUERIES, get_query
+from core.offload_plan import share_scale
 from core.plan import Source
 from core.run_output import Existing
 from core.spark.offload_session import OffloadConfig, OffloadSession
 from core.spark.runner import RunConfig, RunHooks, run_query, stream_to_end
 from core.spark.session import SparkConfig, current_jvm, spark_session
 from core.spark.streams import nexmark_sources
-from router.source_router import OFFLOAD, RouteOptions
 from router.stats import WORKER_CPU_US as AGENT_WORKER_CPU_US  # the agent's workers' CPU, microseconds
 
 DEFAULT_QUERIES = ("q3", "q4", "q6", "q8")
@@ -155,12 +155,11 @@ def batch_cap(events: int, epochs: int) -> int:
     return max(1, math.ceil((events + 1) / epochs))
 
 
-def offloaded_cap(cap: int, offload_cost: float) -> int:
+def offloaded_cap(cap: int) -> int:
     """The cap to give the share-1.0 run so that its source, which stretches its cap by the product's
-    `RouteOptions.batch_scale(1.0)` (ADR 0008), still cuts epochs of about `cap` offsets: rounded up, so
-    the stretched cap is never below `cap` and the run never cuts an epoch more than the others."""
-    scale = RouteOptions(route=OFFLOAD, offload_dir=Path("."), offload_cost=offload_cost).batch_scale(1.0)
-    return max(1, math.ceil(cap / scale))
+    `share_scale(1.0)` (ADR 0008), still cuts epochs of about `cap` offsets: rounded up, so the
+    stretched cap is never below `cap` and the run never cuts an epoch more than the others."""
+    return max(1, math.ceil(cap / share_scale(1.0)))
 
 
 def slope_us(small: float, large: float, n1: int, n2: int) -> float:
@@ -397,7 +396,7 @@ def measure(bench: Bench, query: str, kind: str, events: int, label: str) -> dic
     cap = batch_cap(events, bench.epochs)
     if kind == "offloaded":
         offload = OffloadConfig(share=1.0, workers=bench.workers, prewarm=bench.workers)
-        cap = offloaded_cap(cap, offload.offload_cost)
+        cap = offloaded_cap(cap)
     config = RunConfig(
         query=query,
         generator=GeneratorConfig(seed=bench.seed, events=events),

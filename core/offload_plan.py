@@ -35,16 +35,19 @@ from core.errors import ConfigError
 from core.xxhash64 import xxhash64
 
 DEFAULT_OFFLOAD_COST = 0.25  # VM work of an offloaded record, in kept records, when not measured (ADR 0008)
+OFFLOAD_COST_FLOOR = 0.1  # the least an offloaded record is taken to cost the VM, in kept records
 
 
-def share_scale(share: float, offload_cost: float) -> float:
-    """How many more offsets an epoch may cover while `share` of them is offloaded (ADR 0008).
+def share_scale(share: float) -> float:
+    """How many more offsets an epoch may cover while `share` of them is offloaded (ADR 0008, 0062).
 
-    The source's batch cap bounds the VM's work per epoch; an offloaded event costs the VM only
-    `offload_cost` of a kept one (it is generated and routed here, its partials merged), so the same
-    work covers 1 / ((1 - share) + share x offload_cost) times the offsets.
+    The source's batch cap bounds the VM's work per epoch. An offloaded event costs the VM a fraction k
+    of a kept one, so the same work covers 1 / ((1 - share) + share x k) times the offsets. The cap
+    takes k at its floor, not at the probe's reading: at a drill's epoch sizes k is a ratio of two
+    slopes lost in the epochs' fixed cost, and a reading too high held sponge's burst epochs at a cap
+    it could have doubled, its VM a quarter idle, while one too low only lengthens its epochs.
     """
-    return 1.0 / max((1.0 - share) + share * offload_cost, 0.05)
+    return 1.0 / max((1.0 - share) + share * OFFLOAD_COST_FLOOR, 0.05)
 
 
 KEY_GROUPS = 128

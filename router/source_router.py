@@ -34,7 +34,7 @@ from core import atomic_write
 from core.direct_sink import chunk_name
 from core.errors import ConfigError
 from core.nexmark.schema import END_OF_STREAM_TIME_US, ENTITIES, TIMESTAMP, schema_for
-from core.offload_plan import DEFAULT_OFFLOAD_COST, key_groups_of, record_units, share_scale
+from core.offload_plan import key_groups_of, record_units
 from router.keyed_route import RECEIPT_FIELDS, stash_chunks, with_groups
 
 if TYPE_CHECKING:
@@ -74,7 +74,6 @@ class RouteOptions:
     fail_share: float = 0.0
     fault_dir: str = ""
     request_timeout_s: float = 600.0
-    offload_cost: float = DEFAULT_OFFLOAD_COST
     direct_sink: bool = False
     keys: tuple[str, ...] = ()  # a stream feeding a keyed stage: its key columns; routed by key group
 
@@ -98,7 +97,6 @@ class RouteOptions:
             parallelism=int(opts.get("parallelism", "4")),
             fail_share=float(opts.get("fail_share", "0")),
             fault_dir=opts.get("fault_dir", ""),
-            offload_cost=float(opts.get("offload_cost", DEFAULT_OFFLOAD_COST)),
             direct_sink=opts.get("direct_sink", "") == "1",
             keys=tuple(k for k in opts.get("keys", "").split(",") if k),
         )
@@ -106,14 +104,7 @@ class RouteOptions:
             raise ConfigError("the offload route needs the program, agent and secret_file options")
         if parsed.chunk_rows <= 0 or parsed.parallelism <= 0:
             raise ConfigError("chunk_rows and parallelism must be positive")
-        if not 0 <= parsed.offload_cost < float("inf"):
-            raise ConfigError(f"offload_cost must be a finite number >= 0, got {parsed.offload_cost}")
         return parsed
-
-    def batch_scale(self, share: float) -> float:
-        """How many more offsets an epoch may cover while `share` of them is offloaded, at this route's
-        offload cost."""
-        return share_scale(share, self.offload_cost)
 
     def spec(self) -> ProgramSpec:
         from lambda_worker.program import ProgramSpec

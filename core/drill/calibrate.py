@@ -25,7 +25,7 @@ import numpy as np
 
 from core.errors import SpongeError
 from core.latency import Epoch
-from core.offload_plan import DEFAULT_OFFLOAD_COST
+from core.offload_plan import DEFAULT_OFFLOAD_COST, OFFLOAD_COST_FLOOR
 from policy.offload_policy import offload_pays
 
 TARGET_UTILISATION = 0.7
@@ -135,7 +135,7 @@ def offload_cost(plain: EpochCost, routed: EpochCost, share: float) -> float:
     if plain.per_event_s <= 0:
         return DEFAULT_OFFLOAD_COST
     k = (routed.per_event_s / plain.per_event_s - (1.0 - share)) / share
-    return float(min(max(k, 0.1), MAX_OFFLOAD_COST))
+    return float(min(max(k, OFFLOAD_COST_FLOOR), MAX_OFFLOAD_COST))
 
 
 MAX_OFFLOAD_COST = 10.0  # beyond it the number only says "much worse"

@@ -521,8 +521,7 @@ def _epoch_caps(spec: PolicyRun, result: dict[str, Any], directory: Path) -> lis
         k = bisect_right(starts, offset) - 1
         return segments[k].plan.share if k >= 0 else 0.0
 
-    cost = spec.offload_cost
-    return [batch_cap(spec.batch_events, 1.0, share_scale(share(e["start"]), cost)) for e in epochs]
+    return [batch_cap(spec.batch_events, 1.0, share_scale(share(e["start"]))) for e in epochs]
 
 
 def _reaction(result: dict[str, Any], trace: Trace, directory: Path) -> float | None:

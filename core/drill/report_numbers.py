@@ -270,31 +270,19 @@ def fmt_usd(value: float | None) -> str:
 HELD_SHARE = 0.5  # a run whose burst epochs were this often full at their cap was held by it
 
 
-def _held_by_cap(run: Mapping[str, Any], burst: Mapping[str, Any], report: Mapping[str, Any]) -> str:
-    """What held back a run that fell behind with idle cores, when it was its source's cap: the cap,
-    and for a routed run the offload cost that sets how far offloading raises it, and how to measure
-    that cost again ("" when the cap did not hold it)."""
+def _held_by_cap(run: Mapping[str, Any], burst: Mapping[str, Any]) -> str:
+    """What held back a run that fell behind with idle cores, when it was its source's cap: the cap, and
+    for a routed run how far its offloaded share raised it ("" when the cap did not hold it)."""
     at_cap = burst.get("at_cap")
     share = finite(at_cap.get("share")) if isinstance(at_cap, Mapping) else None
     if share is None or share < HELD_SHARE:
         return ""
     cap = finite(at_cap.get("cap_events")) or 0
     text = f": its source's cap held it ({share:.0%} of its epochs there were full at {cap:,.0f} events"
-    cost = finite(burst.get("offload_cost"))
     deployed = run.get("deployment")
     base = finite(deployed.get("batch_events")) if isinstance(deployed, Mapping) else None
-    if cost is not None and base and cap > base:
-        text += (
-            f": offloading raised it only {cap / base:.1f}x, an offloaded event still costing the VM "
-            f"{cost:.2f} of a kept one"
-        )
-        calibration = report.get("calibration")
-        if isinstance(calibration, Mapping) and calibration.get("routed"):
-            cache = f"calibration-{report.get('query')}.json"
-            text += " by the probe, which is noisy at the drill's epoch sizes"
-            text += f" (delete {cache} to probe again)"
-        else:
-            text += " by default (no probe)"
+    if base and cap > base:
+        text += f": its offloaded share raised it {cap / base:.1f}x"
     return text + ")"
 
 
@@ -486,7 +474,7 @@ def _fairness_clauses(report: Mapping[str, Any], labels: Sequence[str]) -> list[
         if isinstance(burst, Mapping) and burst.get("behind_with_idle_cores"):
             cpu = finite(burst.get("vm_cpu"))
             busy = f"{cpu:.0%}" if cpu is not None else "not"
-            held = _held_by_cap(run, burst, report)
+            held = _held_by_cap(run, burst)
             clauses.append(f"{label} fell behind in the burst with its VM cores only {busy} busy{held}")
         early = run.get("before_onset")
         if isinstance(early, Mapping) and (finite(early.get("max_share")) or 0) > 0:

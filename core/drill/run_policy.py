@@ -522,7 +522,6 @@ def _run(spec: PolicyRun, pool: Any, warmed: bool = False) -> dict[str, Any]:
     if spec.offload:
         offload = OffloadConfig(
             share=spec.share,
-            offload_cost=spec.offload_cost,
             target=spec.target,
             bind=spec.bind,
             advertise=spec.advertise,

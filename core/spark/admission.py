@@ -10,8 +10,8 @@ multiply the cap:
   one-core run's cap). The driver knows its executors, the source's reader does not, so the driver
   writes the ratio to a small file the reader reads at each planning, as it reads the routing log's
   current plan;
-* the offloaded share: an offloaded event costs the VM only `offload_cost` of a kept one
-  (router/source_router.py, RouteOptions.batch_scale; ADR 0008).
+* the offloaded share: an offloaded event costs the VM only a fraction of a kept one
+  (core/offload_plan.py `share_scale`; ADR 0008, 0062).
 
 A run that starts with more cores (Over's second core) gets a cap in proportion from its caller,
 who knows the cores it starts with; this module scales what changes during the run.

@@ -73,7 +73,7 @@ class OffloadConfig:
     # seconds of idleness, before the platform reclaims them (ADR 0039); None or 0: never.
     keep_warm_s: float | None = DEFAULT_KEEP_WARM_S
     idle_timeout_s: float = 10.0  # keep an idle worker's session this long (a warm pool keeps it longer)
-    offload_cost: float = DEFAULT_OFFLOAD_COST  # sizes the routed epochs (ADR 0008)
+    offload_cost: float = DEFAULT_OFFLOAD_COST  # a live policy's view of an offloaded record's VM cost
     # How the agent invokes a deployed function: "Event" (Lambda queues what it cannot run yet) or
     # "RequestResponse" (held for the session; a reached concurrency limit is an immediate 429).
     invocation_type: str = "Event"
@@ -389,7 +389,6 @@ class OffloadSession:
             "offload_dir": str(self.dir),
             "fail_share": repr(max((f["share"] for f in fail), default=0.0)),
             "fault_dir": str(self.fault_dir),
-            "offload_cost": repr(self.config.offload_cost),
         }
 
     def local_routes(self, chains: tuple[OffloadChain, ...]) -> dict[str, dict[str, str]]:

@@ -307,13 +307,14 @@ class NexmarkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         from core.spark.admission import batch_cap, read_vm_scale
 
         route = self.options.route
-        share_scale = 1.0
+        scale = 1.0
         if route is not None:
+            from core.offload_plan import share_scale
             from router.routing_log import read_current_plan
 
-            share_scale = route.batch_scale(read_current_plan(route.offload_dir).share)
+            scale = share_scale(read_current_plan(route.offload_dir).share)
         vm_scale = read_vm_scale(self.options.capacity_file)
-        return batch_cap(self.options.max_events_per_batch, vm_scale, share_scale)
+        return batch_cap(self.options.max_events_per_batch, vm_scale, scale)
 
     def reportLatestOffset(self) -> dict:
         return self._offset(max(self.released(), self._latest))

@@ -29,8 +29,7 @@ from bench.offloaded_share import (
     tree_cpu_seconds,
     worker_seconds,
 )
-from core.offload_plan import DEFAULT_OFFLOAD_COST
-from router.source_router import OFFLOAD, RouteOptions
+from core.offload_plan import share_scale
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -170,13 +169,11 @@ def test_every_size_cuts_the_same_number_of_epochs() -> None:
 
 
 def test_the_offloaded_run_s_stretched_cap_cuts_the_same_epochs() -> None:
-    # The routed source stretches its cap by batch_scale(1.0) (core/spark/source.py `_batch_cap`).
-    for cost in (DEFAULT_OFFLOAD_COST, 0.1, 0.3, 1.0):
-        scale = RouteOptions(route=OFFLOAD, offload_dir=Path("."), offload_cost=cost).batch_scale(1.0)
-        for events in (3_000, 9_000, 60_000, 180_000):
-            cap = batch_cap(events, 6)
-            stretched = int(offloaded_cap(cap, cost) * scale)
-            assert stretched >= cap and math.ceil((events + 1) / stretched) == 6
+    # The routed source stretches its cap by share_scale(1.0) (core/spark/source.py `_batch_cap`).
+    for events in (3_000, 9_000, 60_000, 180_000, 1_234_567):
+        cap = batch_cap(events, 6)
+        stretched = int(offloaded_cap(cap) * share_scale(1.0))
+        assert stretched >= cap and math.ceil((events + 1) / stretched) == 6
 
 
 def test_an_epoch_mismatch_across_sizes_is_a_note() -> None:

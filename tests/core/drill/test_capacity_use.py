@@ -49,7 +49,6 @@ def _spec(tmp_path: Path, offload: bool) -> PolicyRun:
         memory=MemoryConfig(driver_mb=1024),
         batch_events=200_000,
         offload=offload,
-        offload_cost=0.5,
     )
 
 
@@ -60,8 +59,8 @@ def test_a_routed_epochs_cap_grows_with_the_share_of_the_plan_that_routed_it(tmp
     log.plan_range(300_000, 900_000, OffloadPlan.of_share(2, 0.5, 2))
     epochs = _epochs((18.0, 150_000), (19.0, 150_000), (20.0, 300_000), (21.0, 300_000))
     result = {"epochs": [e.__dict__ for e in epochs]}
-    # Share 0.5 at an offload cost of 0.5: the VM's work per offset is 0.75 of a kept one's.
-    assert _epoch_caps(_spec(tmp_path, True), result, log_dir) == [200_000, 200_000, 266_666, 266_666]
+    # Share 0.5 at the floor's offload cost of 0.1: the VM's work per offset is 0.55 of a kept one's.
+    assert _epoch_caps(_spec(tmp_path, True), result, log_dir) == [200_000, 200_000, 363_636, 363_636]
     assert _epoch_caps(_spec(tmp_path, False), result, log_dir) == [200_000] * 4
     # A run whose VMs changed, or that read a stream, has no single cap to compare with.
     assert _epoch_caps(_spec(tmp_path, True), {**result, "vm_actions": [{"t": 3.0}]}, log_dir) is None

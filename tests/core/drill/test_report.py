@@ -413,37 +413,28 @@ def test_importing_the_report_module_does_not_import_matplotlib() -> None:
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[3])
 
 
-def test_a_policy_held_by_its_sources_cap_is_told_so_with_the_offload_cost_that_set_it() -> None:
+def test_a_policy_held_by_its_sources_cap_is_told_so_with_how_far_offloading_raised_it() -> None:
     """Fell behind with idle cores while its epochs were full at the cap: the verdict names the cap, and
-    for sponge the offload cost that sets how far offloading raises it, and how to probe it again."""
+    for sponge how far its offloaded share raised it."""
     deployment = {"spark": "standalone", "vm_cores": 1, "shuffle_partitions": 2, "batch_events": 200_000}
 
-    def behind(policy: str, at_cap: dict | None, offload_cost: float | None) -> dict[str, Any]:
+    def behind(policy: str, at_cap: dict | None, offloads: bool) -> dict[str, Any]:
         burst = {"admitted_events_per_s": 238_000.0, "vm_cpu": 0.72, "behind_with_idle_cores": True}
         return _run(
-            policy,
-            8_900.0,
-            offloads=offload_cost is not None,
-            deployment=deployment,
-            in_burst={**burst, "at_cap": at_cap, "offload_cost": offload_cost},
+            policy, 8_900.0, offloads=offloads, deployment=deployment, in_burst={**burst, "at_cap": at_cap}
         )
 
-    sponge = behind("sponge", {"share": 1.0, "cap_events": 241_446.0}, 0.82)
-    noscaling = behind("noscaling", {"share": 0.9, "cap_events": 200_000.0}, None)
-    over = behind("over", {"share": 0.06, "cap_events": 400_000.0}, None)
-    probed = {"rate": 117_300.0, "offload_cost": 0.82, "plain": {}, "routed": {"fixed_s": 1.0}}
-    text = numbers.verdict(_report(sponge, noscaling, over, calibration=probed))
+    sponge = behind("sponge", {"share": 1.0, "cap_events": 241_446.0}, True)
+    noscaling = behind("noscaling", {"share": 0.9, "cap_events": 200_000.0}, False)
+    over = behind("over", {"share": 0.06, "cap_events": 400_000.0}, False)
+    text = numbers.verdict(_report(sponge, noscaling, over))
     assert (
         "sponge fell behind in the burst with its VM cores only 72% busy: its source's cap held it (100% of "
-        "its epochs there were full at 241,446 events: offloading raised it only 1.2x, an offloaded event "
-        "still costing the VM 0.82 of a kept one by the probe, which is noisy at the drill's epoch sizes "
-        "(delete calibration-q5.json to probe again))"
+        "its epochs there were full at 241,446 events: its offloaded share raised it 1.2x)"
     ) in text
     assert (
         "noscaling fell behind in the burst with its VM cores only 72% busy: its source's cap held it (90% "
         "of its epochs there were full at 200,000 events);"
     ) in text
     assert "over fell behind in the burst with its VM cores only 72% busy;" in text  # not the cap
-    unprobed = numbers.verdict(_report(sponge, calibration={**probed, "routed": None}))
-    assert "still costing the VM 0.82 of a kept one by default (no probe))" in unprobed
-    assert "its source's cap" not in numbers.verdict(_report(behind("sponge", None, 0.82)))
+    assert "its source's cap" not in numbers.verdict(_report(behind("sponge", None, True)))
