@@ -26,7 +26,6 @@ import numpy as np
 from core.errors import SpongeError
 from core.latency import Epoch
 from core.offload_plan import DEFAULT_OFFLOAD_COST, OFFLOAD_COST_FLOOR
-from policy.offload_policy import offload_pays
 
 TARGET_UTILISATION = 0.7
 # A probe query's own first epoch pays for its planning. Its code is compiled by the warm-up before it
@@ -139,6 +138,11 @@ def offload_cost(plain: EpochCost, routed: EpochCost, share: float) -> float:
 
 
 MAX_OFFLOAD_COST = 10.0  # beyond it the number only says "much worse"
+# A reading of k at or above this says offloading adds no VM capacity. Q5's probes read 0.10 four times and
+# 1.11 and 1.22 twice in six pairs (bench.probe_spread, ADR 0061), while Q1 and Q8, whose offloaded prefixes
+# send their rows back through the VM, read 3.3 and 6.7: a reading between 1 and this is the probe's scatter.
+NO_GAIN_READING = 2.0
+SCATTER_COST = 0.9  # what the policy takes a reading in the scatter band for: paying, barely (docs/adr/0062)
 # The probe's full epochs: 3 s at 400,000/s release 1.2 M events faster than one VM core admits them
 # (its cap over an epoch's fixed cost), so every epoch after the first is full. The line's other end
 # is the warm-up's small epochs (fit_probe). A first step of small paced epochs did that until the drill's
@@ -179,7 +183,14 @@ class Calibration:
 
     @property
     def offload_pays(self) -> bool:
-        return offload_pays(self.offload_cost)
+        """Whether the reading says offloading adds VM capacity, given the probe's scatter."""
+        return self.offload_cost < NO_GAIN_READING
+
+    @property
+    def policy_cost(self) -> float:
+        """The offload cost the policy sizes its share on: the reading, or, for a reading in the probe's
+        scatter band (1 up to NO_GAIN_READING), one that still pays, so the policy offloads the most."""
+        return min(self.offload_cost, SCATTER_COST) if self.offload_pays else self.offload_cost
 
     def fixed_s(self, routed: bool = False) -> float | None:
         """The fixed epoch cost F of the plan a run executes (the routed plan reads two streams)."""
@@ -191,6 +202,8 @@ class Calibration:
         if self.plain is not None:
             parts.append(f"epochs {self.plain.fixed_s:.2f} s + {self.plain.per_event_s * 1e6:.2f} us/event")
         parts.append(f"an offloaded event costs the VM {self.offload_cost:.2f} of a kept one")
+        if self.offload_pays and self.policy_cost != self.offload_cost:
+            parts.append(f"within the probe's scatter of paying, so the policy takes {self.policy_cost:.2f}")
         if not self.offload_pays:
             parts.append("offloading adds no VM capacity here, so sponge will not offload")
         return "; ".join(parts)

@@ -193,7 +193,7 @@ def run_drill(config: DrillConfig, status: Callable[[str], None] = print) -> dic
             routed = policy in OFFLOADING and calibration.offload_pays
             spec = replace(
                 _spec(config, policy, trace, per_core, routed),
-                offload_cost=calibration.offload_cost,
+                offload_cost=calibration.policy_cost,
                 epoch_fixed_s=calibration.fixed_s(routed=routed),
             )
             result = app.run(spec, config.report / policy, status)

@@ -20,6 +20,7 @@ from core.errors import SpongeError
 from core.latency import Epoch
 from core.nexmark.schedule import RateSchedule
 from core.offload_plan import DEFAULT_OFFLOAD_COST
+from policy.offload_policy import offload_pays
 
 
 def epochs(costs: list[tuple[int, float]], fixed: float = 1.0) -> list[Epoch]:
@@ -65,6 +66,29 @@ def test_an_offload_that_costs_the_vm_more_than_keeping_is_measured_not_capped()
     assert not Calibration(95_400, 6.69, plain).offload_pays
     assert "sponge will not offload" in Calibration(95_400, 6.69, plain).describe()
     assert Calibration(59_100, 0.22, plain).offload_pays
+
+
+@pytest.mark.parametrize(
+    ("reading", "pays", "policy_cost"),
+    [
+        (0.1, True, 0.1),
+        (0.82, True, 0.82),
+        (1.22, True, 0.9),
+        (1.99, True, 0.9),
+        (2.0, False, 2.0),
+        (6.69, False, 6.69),
+    ],
+)
+def test_a_reading_within_the_probes_scatter_of_paying_pays_and_the_policy_offloads_the_most(
+    reading: float, pays: bool, policy_cost: float
+) -> None:
+    """Q5's probes read up to 1.22 where most read 0.10; Q1 and Q8 read 3.3 and 6.7. A reading under 2 is
+    taken as paying, and the policy then sizes its share on a cost under 1."""
+    calibration = Calibration(100_000, reading, EpochCost(1.0, 2e-6, 8))
+    assert calibration.offload_pays is pays
+    assert calibration.policy_cost == policy_cost
+    assert offload_pays(calibration.policy_cost) is pays
+    assert ("within the probe's scatter" in calibration.describe()) is (pays and reading > 0.9)
 
 
 def test_the_probe_fills_several_epochs_faster_than_a_core_admits_them() -> None:
