@@ -47,7 +47,7 @@ def share_scale(share: float) -> float:
     slopes lost in the epochs' fixed cost, and a reading too high held sponge's burst epochs at a cap
     it could have doubled, its VM a quarter idle, while one too low only lengthens its epochs.
     """
-    return 1.0 / max((1.0 - share) + share * OFFLOAD_COST_FLOOR, 0.05)
+    return 1.0 / ((1.0 - share) + share * OFFLOAD_COST_FLOOR)
 
 
 KEY_GROUPS = 128

@@ -16,9 +16,9 @@ The stable rate is chosen so the VM side runs at ~70 % load, measured as the sha
 spent on records rather than as CPU (core/drill/calibrate.py says why): a probe's small warm-up epochs
 and full ones fit the epoch cost T = F + c n, and the stable rate is 70 % of the capacity that
 implies. A second probe offloading a fixed share gives what an offloaded event still costs the VM (the
-policy's offload_cost); when it reads clearly above a kept event's cost, sponge runs the plain plan and
-its policy logs bursts as no-gain (docs/adr/0011, 0062). Both are kept in the report directory and reused for
-the same query and window.
+policy's offload_cost); when it reads clearly above a kept event's cost, sponge runs the plain plan
+and its policy logs bursts as no-gain (docs/adr/0011, 0062). Both are kept in the report directory
+and reused for the same query and window.
 """
 
 from __future__ import annotations
