@@ -140,7 +140,7 @@ def offload_cost(plain: EpochCost, routed: EpochCost, share: float) -> float:
 MAX_OFFLOAD_COST = 10.0  # beyond it the number only says "much worse"
 # A reading of k at or above this says offloading adds no VM capacity. Q5's probes read 0.10 four times and
 # 1.11 and 1.22 twice in six pairs (bench.probe_spread, ADR 0061), while Q3 and Q8, whose offloading gives the
-# VM nothing, read 2.06-6.69: a reading from 1 up to this lies within the probe's scatter of paying.
+# VM nothing, read 2.06-6.69: a reading below this lies within the probe's scatter of paying.
 NO_GAIN_READING = 1.5
 SCATTER_COST = 0.9  # what the policy takes a reading in the scatter band for: paying, barely (docs/adr/0062)
 # The probe's full epochs: 3 s at 400,000/s release 1.2 M events faster than one VM core admits them
@@ -188,8 +188,8 @@ class Calibration:
 
     @property
     def policy_cost(self) -> float:
-        """The offload cost the policy sizes its share on: the reading, or, for a reading in the probe's
-        scatter band (1 up to NO_GAIN_READING), one that still pays, so the policy offloads the most."""
+        """The offload cost the policy sizes its share on: the reading, or SCATTER_COST for a paying reading
+        above it (up to NO_GAIN_READING, the probe's scatter), so the policy offloads the most."""
         return min(self.offload_cost, SCATTER_COST) if self.offload_pays else self.offload_cost
 
     def fixed_s(self, routed: bool = False) -> float | None:
