@@ -504,9 +504,7 @@ def _epoch_caps(spec: PolicyRun, result: dict[str, Any], directory: Path) -> lis
     """Each epoch's cap as its generated source computed it: the run's cap, scaled by the offloaded share
     of the plan that routed the epoch's offsets (core/offload_plan.py `share_scale`). None for a stream
     (its offsets are per shard) and for a run whose VMs changed (the cap moved with its cores)."""
-    from bisect import bisect_right
-
-    from router.routing_log import LOG_FILE, RoutingLog
+    from router.routing_log import LOG_FILE, RoutingLog, covering
 
     if result.get("stream") or result.get("vm_actions"):
         return None
@@ -515,11 +513,10 @@ def _epoch_caps(spec: PolicyRun, result: dict[str, Any], directory: Path) -> lis
     if not spec.offload or not (directory / LOG_FILE).exists():
         return [spec.batch_events] * len(epochs)
     segments = RoutingLog(directory).segments()
-    starts = [seg.start for seg in segments]
 
     def share(offset: int) -> float:
-        k = bisect_right(starts, offset) - 1
-        return segments[k].plan.share if k >= 0 else 0.0
+        routing = covering(segments, offset, offset + 1)
+        return routing[0].plan.share if routing else 0.0
 
     return [batch_cap(spec.batch_events, 1.0, share_scale(share(e["start"]))) for e in epochs]
 
